@@ -1,0 +1,29 @@
+"""Model zoo: plain Keras 3 models that know nothing of distribution.
+
+The registry maps a name to "module:function" so that listing and validating names
+imports no TensorFlow; the builder's module is imported only by get_model().
+Every builder takes keyword arguments only and returns an unbuilt-or-built
+keras.Model whose outputs are float32 logits (so mixed precision is safe).
+"""
+import importlib
+
+# name -> "module:function". Add new families here.
+_REGISTRY = {
+    "digits_cnn": "models.small:digits_cnn",
+    "digits_mlp": "models.small:digits_mlp",
+}
+
+
+def available_models() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_model(name: str, **kwargs):
+    """Builds model `name`; kwargs are the builder's (input_shape, num_classes, ...)."""
+    if name not in _REGISTRY:
+        listed = ", ".join(available_models())
+        raise ValueError(f"unknown model {name!r}; available models: {listed}. "
+                         f"Fix: pass one of those names.")
+    module_name, fn_name = _REGISTRY[name].split(":")
+    builder = getattr(importlib.import_module(module_name), fn_name)
+    return builder(**kwargs)
