@@ -1,0 +1,99 @@
+"""Frozen, validated run configuration. TF-free.
+
+Flags become these dataclasses once (flags.config_from_flags); everything below the
+CLI takes a RunConfig and never reads flags or os.environ for settings. Validation
+happens in __post_init__ so a bad config cannot exist, whichever way it was built.
+"""
+import dataclasses
+
+from horovod_train.errors import check_choice, check_positive, usage_error
+
+BACKENDS = ("auto", "horovod", "mwms", "local")
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    dataset: str = "digits"
+    data_dir: str | None = None
+    batch_size: int = 32  # per replica; the global batch is batch_size * world size
+    data_threads: int = 0  # 0 = tf.data.AUTOTUNE
+
+    def __post_init__(self):
+        check_positive("--batch_size", self.batch_size)
+        if self.data_threads < 0:
+            raise usage_error("--data_threads", self.data_threads, "0 (autotune) or a positive count",
+                              "pass --data_threads=0")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    optimizer: str = "adam"
+    # Per-replica rate; the applied rate is learning_rate * world size (linear scaling),
+    # reached after warmup_epochs of linear warmup from learning_rate.
+    learning_rate: float = 0.002
+    momentum: float = 0.9  # sgd only
+    warmup_epochs: float = 0.0
+    scale_lr: bool = True
+
+    def __post_init__(self):
+        check_choice("--optimizer", self.optimizer, OPTIMIZERS)
+        check_positive("--learning_rate", self.learning_rate)
+        if self.warmup_epochs < 0:
+            raise usage_error("--warmup_epochs", self.warmup_epochs, "a number >= 0",
+                              "pass --warmup_epochs=0 to disable warmup")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 10
+    max_steps: int = 0  # 0 = no cap; otherwise stop after this many optimizer steps
+    log_every: int = 20
+    eval_every_epochs: int = 1  # 0 = evaluate only at the end
+
+    def __post_init__(self):
+        check_positive("--epochs", self.epochs)
+        check_positive("--log_every", self.log_every)
+        if self.max_steps < 0:
+            raise usage_error("--max_steps", self.max_steps, "0 (no cap) or a positive step count",
+                              "pass --max_steps=N with N > 0, or 0")
+        if self.eval_every_epochs < 0:
+            raise usage_error("--eval_every_epochs", self.eval_every_epochs, "an integer >= 0",
+                              "pass --eval_every_epochs=1")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    backend: str = "auto"
+    seed: int = 42
+    intra_op_threads: int = 0  # 0 = cores / local ranks
+    inter_op_threads: int = 0  # 0 = 2 when sharing cores, TF's default otherwise
+    deterministic: bool = False  # tf.config.experimental.enable_op_determinism
+
+    def __post_init__(self):
+        check_choice("--backend", self.backend, BACKENDS)
+        for name in ("intra_op_threads", "inter_op_threads"):
+            if getattr(self, name) < 0:
+                raise usage_error(f"--{name}", getattr(self, name), "0 (automatic) or a positive count",
+                                  f"pass --{name}=0")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    model: str = "digits_cnn"
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    summary_json: str | None = None
+
+    def __post_init__(self):
+        # Names are checked here, against TF-free registries, so a typo fails before
+        # TensorFlow is even imported.
+        import models  # the registry is TF-free
+        from horovod_train.data import available_datasets
+        check_choice("--model", self.model, models.available_models())
+        check_choice("--dataset", self.data.dataset, available_datasets())
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,107 @@
+"""The environment-variable contract between launchers and workers. TF-free.
+
+Launchers (horovodrun, mpirun, srun, a TF_CONFIG writer) each announce rank and size
+under their own names. This module reads them, in one place, so the rest of the
+package asks `launch_info()` and never looks at os.environ itself.
+"""
+import dataclasses
+import json
+import os
+
+# Horovod's own launcher (both gloo and mpi controllers set these).
+HOROVOD_RANK = "HOROVOD_RANK"
+HOROVOD_SIZE = "HOROVOD_SIZE"
+HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"
+HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
+HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
+# Open MPI's mpirun.
+OMPI_RANK = "OMPI_COMM_WORLD_RANK"
+OMPI_SIZE = "OMPI_COMM_WORLD_SIZE"
+OMPI_LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK"
+OMPI_LOCAL_SIZE = "OMPI_COMM_WORLD_LOCAL_SIZE"
+# MPICH / Intel MPI (Hydra).
+PMI_RANK = "PMI_RANK"
+PMI_SIZE = "PMI_SIZE"
+MPI_LOCALRANKID = "MPI_LOCALRANKID"
+MPI_LOCALNRANKS = "MPI_LOCALNRANKS"
+# Slurm's srun.
+SLURM_PROCID = "SLURM_PROCID"
+SLURM_NTASKS = "SLURM_NTASKS"
+SLURM_LOCALID = "SLURM_LOCALID"
+SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
+SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
+# tf.distribute.
+TF_CONFIG = "TF_CONFIG"
+# Our own knobs.
+INTRA_OP_THREADS = "HOROVOD_TRAIN_INTRA_OP_THREADS"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchInfo:
+    """Who started this process, and where it sits in the job."""
+    launcher: str  # "horovodrun", "mpirun", "mpich", "srun", "tf_config" or "none"
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+
+    @property
+    def is_distributed_launch(self) -> bool:
+        """True when an MPI-style launcher (one Horovod can join) started us."""
+        return self.launcher in ("horovodrun", "mpirun", "mpich", "srun")
+
+
+def _int(env, name, default=None):
+    value = env.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as err:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+
+
+def _slurm_local_size(env) -> int:
+    # SLURM_NTASKS_PER_NODE looks like "2" or "2(x3),1"; the first group is ours only on
+    # homogeneous jobs, which is the common case and the one we plan for.
+    raw = env.get(SLURM_NTASKS_PER_NODE, "1")
+    return int(raw.split(",")[0].split("(")[0] or 1)
+
+
+def _tf_config_info(env) -> LaunchInfo | None:
+    raw = env.get(TF_CONFIG)
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+        workers = config["cluster"]["worker"]
+        index = int(config["task"]["index"])
+    except (ValueError, KeyError, TypeError):
+        return None  # the mwms backend validates TF_CONFIG and reports the bad field
+    return LaunchInfo("tf_config", index, len(workers), 0, 1)
+
+
+def launch_info(env=None) -> LaunchInfo:
+    """Reads rank/size from whichever launcher started this process."""
+    env = os.environ if env is None else env
+    if HOROVOD_RANK in env:
+        return LaunchInfo("horovodrun", _int(env, HOROVOD_RANK), _int(env, HOROVOD_SIZE, 1),
+                          _int(env, HOROVOD_LOCAL_RANK, 0), _int(env, HOROVOD_LOCAL_SIZE, 1))
+    if OMPI_RANK in env:
+        return LaunchInfo("mpirun", _int(env, OMPI_RANK), _int(env, OMPI_SIZE, 1),
+                          _int(env, OMPI_LOCAL_RANK, 0), _int(env, OMPI_LOCAL_SIZE, 1))
+    if PMI_RANK in env:
+        return LaunchInfo("mpich", _int(env, PMI_RANK), _int(env, PMI_SIZE, 1),
+                          _int(env, MPI_LOCALRANKID, 0), _int(env, MPI_LOCALNRANKS, 1))
+    if SLURM_PROCID in env and _int(env, SLURM_NTASKS, 1) > 1:
+        return LaunchInfo("srun", _int(env, SLURM_PROCID), _int(env, SLURM_NTASKS, 1),
+                          _int(env, SLURM_LOCALID, 0), _slurm_local_size(env))
+    return _tf_config_info(env) or LaunchInfo("none")
+
+
+def default_intra_op_threads(local_size: int, cores: int | None = None) -> int:
+    """cores / ranks on this host, at least 1: oversubscribed ranks can run 3x slower."""
+    if cores is None:
+        # The affinity mask, not cpu_count(): under Slurm or taskset we own fewer cores.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, local_size))

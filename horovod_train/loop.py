@@ -1,0 +1,202 @@
+"""The outer loop: build, broadcast, train epochs, log, evaluate, summarise.
+
+Every decision that ends or shapes the loop (steps per epoch, when to log, when to
+sample timings, when to evaluate) is a function of the config and the data size,
+which every rank knows identically, so collectives always line up across ranks.
+"""
+import time
+
+import keras
+from absl import logging
+
+import models
+from horovod_train import backends, env, metrics, runtime
+from horovod_train import data as data_lib
+from horovod_train.data import sharding
+from horovod_train.errors import UsageError
+
+
+class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup from the per-replica rate to the world-size-scaled rate."""
+
+    def __init__(self, base: float, scaled: float, warmup_steps: int):
+        self.base, self.scaled, self.warmup_steps = base, scaled, warmup_steps
+
+    def __call__(self, step):
+        if self.warmup_steps <= 0:
+            return keras.ops.convert_to_tensor(self.scaled, "float32")
+        frac = keras.ops.minimum(keras.ops.cast(step, "float32") / self.warmup_steps, 1.0)
+        return self.base + (self.scaled - self.base) * frac
+
+    def get_config(self):
+        return {"base": self.base, "scaled": self.scaled, "warmup_steps": self.warmup_steps}
+
+
+def make_optimizer(optim, world_size: int, steps_per_epoch: int):
+    scaled = optim.learning_rate * (world_size if optim.scale_lr else 1)
+    schedule = WarmupScaledRate(optim.learning_rate, scaled,
+                                int(optim.warmup_epochs * steps_per_epoch))
+    if optim.optimizer == "sgd":
+        return keras.optimizers.SGD(schedule, momentum=optim.momentum)
+    return keras.optimizers.Adam(schedule)
+
+
+def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
+    per_epoch = sharding.steps_per_epoch(num_examples, config.data.batch_size, world_size)
+    if per_epoch == 0:
+        raise UsageError(
+            f"--batch_size: received {config.data.batch_size}; with {world_size} ranks the global "
+            f"batch exceeds the {num_examples} training examples. Fix: pass --batch_size="
+            f"{max(1, num_examples // (4 * world_size))} or fewer")
+    total = per_epoch * config.train.epochs
+    if config.train.max_steps:
+        total = min(total, config.train.max_steps)
+    return per_epoch, total
+
+
+def _build(config, backend, data, steps_per_epoch):
+    with backend.scope():
+        model = models.get_model(config.model, input_shape=data.input_shape,
+                                 num_classes=data.num_classes)
+        optimizer = make_optimizer(config.optim, backend.info.size, steps_per_epoch)
+        optimizer.build(model.trainable_variables)
+    # Same start on every rank, explicitly: model AND optimizer state from rank 0.
+    backend.broadcast_variables(list(model.variables) + list(optimizer.variables))
+    return model, optimizer
+
+
+class _Trainer:
+    """Holds the per-run state of the epoch loop so its helpers stay short."""
+
+    def __init__(self, config, backend, data, model, optimizer, per_epoch, total):
+        from horovod_train.step import TrainStep
+        self.config, self.backend, self.data = config, backend, data
+        self.model, self.per_epoch, self.total = model, per_epoch, total
+        self.step = TrainStep(model, optimizer, backend)
+        self.global_step = 0
+        self.loss_history = []  # (step, loss averaged over ranks) per interval
+        self.accuracy_history = []
+        self.train_seconds = 0.0  # excluding the first (tracing) step
+        self.train_samples = 0
+        self.meter = metrics.IntervalMeter()
+        self.last_parts = None  # shares of the latest sampled step, reused until the next
+        self.timed_calls = 0
+
+    def _dataset(self, epoch):
+        from horovod_train.data import pipeline
+        cfg = self.config
+        return self.backend.distribute_dataset(lambda shard: pipeline.train_dataset(
+            self.data, shard, cfg.data.batch_size, cfg.runtime.seed, epoch, cfg.data.data_threads))
+
+    def _one_step(self, batch_iter):
+        t0 = time.perf_counter()
+        x, y = next(batch_iter)
+        t1 = time.perf_counter()
+        if (self.global_step + 1) % self.config.train.log_every == 0:
+            loss, parts = self.step.timed(x, y)
+            # The first timed call traces three functions: its split says nothing.
+            if self.timed_calls > 0:
+                self.last_parts = parts
+            self.timed_calls += 1
+        else:
+            loss = float(self.backend.run_step(self.step.fused, x, y))
+        t2 = time.perf_counter()
+        batch = self.config.data.batch_size
+        self.meter.add(batch, t1 - t0, t2 - t1, loss)
+        if self.global_step > 0:
+            self.train_seconds += t2 - t0
+            self.train_samples += batch
+        self.global_step += 1
+
+    def _log_interval(self):
+        m, self.meter = self.meter, metrics.IntervalMeter()
+        import tensorflow as tf
+        seconds = m.data_s + m.step_s
+        stats = self.backend.allreduce_mean(tf.constant(
+            [m.loss_sum / max(m.steps, 1), m.samples / max(seconds, 1e-9)], tf.float64)).numpy()
+        loss, rate = float(stats[0]), float(stats[1]) * self.backend.info.size
+        self.loss_history.append((self.global_step, loss))
+        breakdown = m.breakdown(self.last_parts)
+        logging.info(metrics.format_line(self.global_step, self.total, loss, rate, breakdown))
+
+    def _evaluate(self, label):
+        from horovod_train.data import pipeline
+        from horovod_train.step import evaluate
+        ds = self.backend.distribute_dataset(
+            lambda shard: pipeline.eval_dataset(self.data, shard, 256))
+        accuracy, count = evaluate(self.model, ds, self.backend)
+        self.accuracy_history.append((self.global_step, accuracy))
+        logging.info("eval  | %s | step %d | test accuracy %.4f on %d examples",
+                     label, self.global_step, accuracy, count)
+        return accuracy
+
+    def train(self):
+        every = self.config.train.eval_every_epochs
+        for epoch in range(self.config.train.epochs):
+            batch_iter = iter(self._dataset(epoch))
+            for _ in range(self.per_epoch):
+                if self.global_step >= self.total:
+                    break
+                self._one_step(batch_iter)
+                if self.global_step % self.config.train.log_every == 0 or \
+                        self.global_step == self.total:
+                    self._log_interval()
+            if self.global_step >= self.total:
+                break
+            if every and (epoch + 1) % every == 0:
+                self._evaluate(f"epoch {epoch + 1}")
+        return self._evaluate("final")
+
+
+def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
+    rate = trainer.train_samples / max(trainer.train_seconds, 1e-9)
+    per_rank = [float(r[0]) for r in metrics.gather_rows(backend, [rate])]
+    digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
+    return {
+        "world_size": backend.info.size,
+        "backend": backend_name,
+        "model": config.model,
+        "dataset": config.data.dataset,
+        "global_batch": config.data.batch_size * backend.info.size,
+        "steps": trainer.global_step,
+        "epochs": trainer.global_step / trainer.per_epoch,
+        "final_loss": trainer.loss_history[-1][1] if trainer.loss_history else None,
+        "loss_history": trainer.loss_history,
+        "test_accuracy": accuracy,
+        "accuracy_history": trainer.accuracy_history,
+        "samples_per_sec": sum(per_rank),
+        "samples_per_sec_per_rank": per_rank,
+        "weight_digests": digests,
+        "wall_seconds": time.perf_counter() - wall_start,
+        "config": config.to_dict(),
+    }
+
+
+def run(config) -> dict:
+    """Trains per `config` on this process's rank; returns the run summary."""
+    wall_start = time.perf_counter()
+    launch = env.launch_info()
+    backend_name = backends.resolve(config.runtime.backend, launch)
+    backend = backends.create(backend_name)  # UsageError here, before TF runs anything
+    intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
+    info = backend.setup()
+    runtime.quiet_non_chief(info.is_chief)
+    runtime.configure_determinism(config.runtime)
+    logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | %s",
+                 backend_name, info.size, info.local_size, intra, inter, config.to_dict())
+    if getattr(backend, "chosen_env", None):
+        logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
+                     backend.chosen_env)
+    data = data_lib.load(config.data)
+    per_epoch, total = _plan_steps(config, len(data.x_train), info.size)
+    model, optimizer = _build(config, backend, data, per_epoch)
+    trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total)
+    accuracy = trainer.train()
+    summary = _summary(config, backend, trainer, accuracy, wall_start, backend_name)
+    if info.is_chief and config.summary_json:
+        metrics.write_json_atomic(config.summary_json, summary)
+    logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",
+                 summary["steps"], summary["final_loss"], accuracy, summary["samples_per_sec"],
+                 summary["wall_seconds"])
+    backend.barrier()
+    return summary

@@ -1,0 +1,28 @@
+"""Process-level TensorFlow settings that must be made before TF runs any op."""
+from absl import logging
+
+from horovod_train import env
+
+
+def configure_threads(config, local_size: int) -> tuple[int, int]:
+    """Sets intra/inter-op threads; several ranks per host split the cores."""
+    import tensorflow as tf
+    intra = config.intra_op_threads or env.default_intra_op_threads(local_size)
+    inter = config.inter_op_threads or (2 if local_size > 1 else 0)
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    return intra, inter
+
+
+def configure_determinism(config):
+    import keras
+    import tensorflow as tf
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def quiet_non_chief(is_chief: bool):
+    """Only the chief talks; other ranks keep warnings and errors."""
+    if not is_chief:
+        logging.set_verbosity(logging.WARNING)

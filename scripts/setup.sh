@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# One idempotent setup for a fresh Debian 12 machine (as root, no stdin) or a re-run.
+#   1. apt packages (OpenMPI, compilers, cmake 3.25) - only what is missing;
+#   2. .venv with the pinned requirements - only when requirements.txt changed;
+#   3. horovod==$HOROVOD_VERSION built from source against the venv's TensorFlow -
+#      the wheel is cached per TF/Python version, so re-runs install it in seconds;
+#   4. this package, editable.
+# Each step leaves a stamp, so a machine that is already set up finishes in seconds.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${VENV:-$ROOT/.venv}
+PYTHON=${PYTHON:-python3}
+CACHE=${HOROVOD_TRAIN_CACHE:-$HOME/.cache/horovod_train}
+HOROVOD_VERSION=0.28.1
+APT_PACKAGES=(openmpi-bin libopenmpi-dev build-essential cmake git python3-dev python3-venv iproute2 procps)
+
+log() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+install_apt_packages() {
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && { log "apt packages present"; return; }
+  [[ $(id -u) -eq 0 ]] || die "missing apt packages: ${missing[*]}. Fix: run 'sudo make setup' or install them."
+  log "installing apt packages: ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+}
+
+install_requirements() {
+  [[ -x $VENV/bin/python ]] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
+  local want have
+  want=$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)
+  have=$(cat "$VENV/.requirements.sha256" 2>/dev/null || true)
+  [[ $want == "$have" ]] && { log "python requirements present"; return; }
+  log "installing python requirements (tensorflow is large: a few minutes the first time)"
+  "$VENV/bin/pip" install -q --upgrade pip setuptools wheel </dev/null
+  "$VENV/bin/pip" install -q -r "$ROOT/requirements.txt" </dev/null
+  echo "$want" >"$VENV/.requirements.sha256"
+  rm -f "$VENV/.horovod.stamp"  # TF may have changed: the Horovod build must match it
+}
+
+# TF >= 2.19 moved the XLA headers that horovod/tensorflow/xla_mpi_ops.cc includes.
+# That file's code is compiled only for GPU builds (HAVE_GPU); on CPU it needs the
+# includes to resolve and nothing more, so empty placeholders at the old paths suffice.
+# Only headers that the installed TF really lacks get a placeholder.
+make_xla_placeholders() {
+  local dir=$1 tf_include h
+  tf_include=$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.sysconfig.get_include())' 2>/dev/null)
+  rm -rf "$dir" && mkdir -p "$dir"
+  for h in tensorflow/compiler/tf2xla/xla_op_kernel.h tensorflow/compiler/tf2xla/xla_op_registry.h \
+           tensorflow/compiler/xla/client/xla_builder.h \
+           tensorflow/compiler/xla/service/custom_call_target_registry.h \
+           tensorflow/compiler/xla/service/hlo.pb.h tensorflow/compiler/xla/shape.h \
+           tensorflow/compiler/xla/xla_data.pb.h tensorflow/core/platform/human_readable_json.h; do
+    if [[ ! -e $tf_include/$h ]]; then
+      mkdir -p "$dir/$(dirname "$h")"
+      echo "// placeholder: see scripts/setup.sh (CPU build, XLA GPU ops not compiled)" >"$dir/$h"
+    fi
+  done
+}
+
+build_horovod_wheel() {
+  local wheel_dir=$1 shim=$CACHE/xla-placeholders
+  make_xla_placeholders "$shim"
+  log "building horovod==$HOROVOD_VERSION from source (2-3 minutes on 2 cores); log: $CACHE/horovod-build.log"
+  # Debian's cmake 3.25 (not PyPI's cmake 4, which rejects the bundled Gloo); the policy
+  # minimum is belt and braces in case a newer cmake is first on PATH.
+  if ! env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CMAKE=/usr/bin/cmake \
+      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j2 CXXFLAGS="-iquote $shim" \
+      "$VENV/bin/pip" wheel --no-build-isolation --no-deps --no-binary horovod \
+        -w "$wheel_dir" "horovod==$HOROVOD_VERSION" </dev/null >"$CACHE/horovod-build.log" 2>&1; then
+    tail -n 40 "$CACHE/horovod-build.log" >&2
+    die "the Horovod build failed; full log in $CACHE/horovod-build.log"
+  fi
+}
+
+install_horovod() {
+  local tag stamp_want wheel_dir wheel
+  tag=$("$VENV/bin/python" -c 'import sys, importlib.metadata as m
+print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
+  stamp_want="horovod-$HOROVOD_VERSION-$tag"
+  [[ $(cat "$VENV/.horovod.stamp" 2>/dev/null || true) == "$stamp_want" ]] && { log "horovod present ($stamp_want)"; return; }
+  wheel_dir=$CACHE/wheels/$tag
+  mkdir -p "$wheel_dir"
+  wheel=$(ls "$wheel_dir"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+  if [[ -z $wheel ]]; then
+    build_horovod_wheel "$wheel_dir"
+    wheel=$(ls "$wheel_dir"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
+  else
+    log "using cached wheel $wheel"
+  fi
+  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$wheel" </dev/null
+  check_horovod_build
+  echo "$stamp_want" >"$VENV/.horovod.stamp"
+}
+
+check_horovod_build() {
+  local out
+  out=$("$VENV/bin/horovodrun" --check-build 2>&1) || die "horovodrun --check-build failed: $out"
+  for fw in TensorFlow MPI Gloo; do
+    grep -q "\[X\] $fw" <<<"$out" || die "horovod was built without $fw:\n$out"
+  done
+  log "horovodrun --check-build: TensorFlow, MPI and Gloo present"
+}
+
+install_package() {
+  [[ -f $VENV/.package.stamp ]] && { log "horovod_train installed (editable)"; return; }
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT" </dev/null
+  touch "$VENV/.package.stamp"
+}
+
+main() {
+  mkdir -p "$CACHE"
+  install_apt_packages
+  install_requirements
+  install_horovod
+  install_package
+  log "ready: $VENV"
+}
+
+main "$@"

@@ -1,0 +1,32 @@
+"""Config validation: every bad value gets received / expected / fix."""
+import pytest
+
+from horovod_train import config as cfg
+from horovod_train.errors import UsageError
+
+
+@pytest.mark.parametrize("build, fragments", [
+    (lambda: cfg.RunConfig(model="nope"), ["--model", "'nope'", "digits_cnn", "Fix"]),
+    (lambda: cfg.DataConfig(batch_size=0), ["--batch_size", "received 0", "positive"]),
+    (lambda: cfg.DataConfig(batch_size=-3), ["--batch_size", "received -3"]),
+    (lambda: cfg.RunConfig(data=cfg.DataConfig(dataset="imagenet")), ["--dataset", "digits"]),
+    (lambda: cfg.TrainConfig(epochs=0), ["--epochs", "received 0"]),
+    (lambda: cfg.TrainConfig(max_steps=-1), ["--max_steps", "received -1"]),
+    (lambda: cfg.RuntimeConfig(backend="nccl"), ["--backend", "horovod", "mwms", "local"]),
+    (lambda: cfg.OptimConfig(optimizer="lamb"), ["--optimizer", "adam", "sgd"]),
+    (lambda: cfg.OptimConfig(learning_rate=0), ["--learning_rate"]),
+])
+def test_bad_values_name_flag_value_and_fix(build, fragments):
+    with pytest.raises(UsageError) as err:
+        build()
+    message = str(err.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_defaults_are_valid_and_frozen():
+    config = cfg.RunConfig()
+    assert config.model == "digits_cnn" and config.data.dataset == "digits"
+    with pytest.raises(Exception):
+        config.model = "digits_mlp"

@@ -1,0 +1,45 @@
+"""Rank discovery from every launcher's variables, and threads per rank."""
+import json
+
+import pytest
+
+from horovod_train import env
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({}, ("none", 0, 1, 0, 1)),
+    ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
+      "HOROVOD_LOCAL_SIZE": "2"}, ("horovodrun", 1, 4, 1, 2)),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ("mpirun", 3, 8, 1, 2)),
+    ({"PMI_RANK": "2", "PMI_SIZE": "3"}, ("mpich", 2, 3, 0, 1)),
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
+      "SLURM_NTASKS_PER_NODE": "8(x2)"}, ("srun", 5, 16, 1, 8)),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:2", "c:3"]},
+                               "task": {"type": "worker", "index": 2}})}, ("tf_config", 2, 3, 0, 1)),
+])
+def test_launch_info(variables, expected):
+    info = env.launch_info(variables)
+    assert (info.launcher, info.rank, info.size, info.local_rank, info.local_size) == expected
+
+
+def test_horovodrun_wins_over_the_mpirun_underneath():
+    both = {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2"}
+    assert env.launch_info(both).launcher == "horovodrun"
+
+
+def test_single_task_srun_is_not_a_distributed_launch():
+    info = env.launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    assert not info.is_distributed_launch
+
+
+def test_bad_integer_names_the_variable():
+    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_SIZE"):
+        env.launch_info({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "two"})
+
+
+@pytest.mark.parametrize("local_size, cores, expected", [(1, 2, 2), (2, 2, 1), (4, 2, 1),
+                                                         (2, 16, 8), (3, 16, 5)])
+def test_threads_split_cores_between_local_ranks(local_size, cores, expected):
+    assert env.default_intra_op_threads(local_size, cores) == expected
