@@ -1,0 +1,217 @@
+"""Evaluate a request over node counts and recommend a configuration. Pure functions."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from horovod_train.plan.comm import Fabric
+from horovod_train.plan.cost import (Assumptions, Calibration, Job, Prediction, memory,
+                                     predict)
+from horovod_train.plan.hardware import GIB, GPUS, Gpu, Link
+from horovod_train.plan.models import ModelSpec
+
+MAX_ACCUM = 256
+SEARCH_NODES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRequest:
+    model: ModelSpec
+    gpu: Gpu
+    precision: str
+    gpus_per_node: int
+    nodes: tuple[int, ...]
+    intra: Link
+    network: Link | None
+    nics_per_node: int = 1
+    global_batch: int | None = None
+    batch_per_gpu: int | None = None
+    accum_steps: int = 1
+    optimizer: str = "momentum"
+    checkpointing: bool = False
+    compression: str = "none"
+    overlap: bool = False
+    fusion_bytes: float = 128 * 2 ** 20
+    cycle_s: float = 1e-3
+    target_hours: float | None = None
+    target_efficiency: float = 0.8
+    train_samples: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    nodes: int
+    world: int
+    micro_batch: float
+    accum_steps: int
+    global_batch: float
+    prediction: Prediction | None      # None: the batch cannot be split this way
+    notes: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.prediction is not None and self.prediction.memory.fits
+
+
+def fabric_for(req: PlanRequest, nodes: int) -> Fabric:
+    # A one-node "cluster" of one GPU has nothing to reduce; the fabric still needs
+    # a GPU count, so gpus_per_node stays what the user gave.
+    return Fabric(req.gpus_per_node, nodes, req.intra, req.network, req.nics_per_node)
+
+
+def job_for(req: PlanRequest, micro: float, accum: int) -> Job:
+    return Job(req.model, req.precision, micro, accum, req.optimizer, req.checkpointing,
+               req.compression, req.overlap, req.fusion_bytes, req.cycle_s)
+
+
+def evaluate(req: PlanRequest, nodes: int, a: Assumptions = Assumptions(),
+             calib: Calibration = Calibration(), accum: int | None = None,
+             micro: float | None = None) -> Row:
+    world = req.gpus_per_node * nodes
+    k = accum or req.accum_steps
+    if micro is None:
+        micro = req.batch_per_gpu if req.batch_per_gpu else req.global_batch / (world * k)
+    global_batch = micro * k * world
+    if micro < 1:
+        note = (f"global batch {req.global_batch} < {world} GPUs x {k} accumulation steps: "
+                "fewer than one sample per micro-batch")
+        return Row(nodes, world, micro, k, global_batch, None, (note,))
+    notes = []
+    if micro != int(micro):
+        notes.append(f"global batch {req.global_batch} does not split evenly over {world} GPUs "
+                     f"x {k} steps ({micro:.2f} per micro-batch)")
+    pred = predict(job_for(req, micro, k), req.gpu, fabric_for(req, nodes), a, calib)
+    if not pred.memory.fits:
+        notes.append(memory_advice(req, nodes, micro, k, a))
+    return Row(nodes, world, micro, k, global_batch, pred, tuple(notes))
+
+
+def evaluate_all(req: PlanRequest, a: Assumptions = Assumptions(),
+                 calib: Calibration = Calibration()) -> list[Row]:
+    return [evaluate(req, n, a, calib) for n in req.nodes]
+
+
+def largest_fitting_batch(req: PlanRequest, nodes: int, accum: int, a: Assumptions,
+                          checkpointing: bool | None = None) -> int:
+    """Largest integer micro-batch that fits, 0 if not even one sample does."""
+    world = req.gpus_per_node * nodes
+    req = dataclasses.replace(req, checkpointing=req.checkpointing if checkpointing is None
+                              else checkpointing)
+
+    def fits(b: int) -> bool:
+        return memory(job_for(req, b, accum), req.gpu, world, a).fits
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi) and hi < 2 ** 24:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def memory_advice(req: PlanRequest, nodes: int, micro: float, accum: int,
+                  a: Assumptions) -> str:
+    """Which term overflows, by how much, and the levers that would make it fit."""
+    world = req.gpus_per_node * nodes
+    mem = memory(job_for(req, micro, accum), req.gpu, world, a)
+    term = mem.largest_term()
+    head = (f"does not fit: {term} {mem.terms()[term] / GIB:.1f} GiB bring the total to "
+            f"{mem.total / GIB:.1f} GiB, {mem.over_by / GIB:.1f} GiB over the "
+            f"{mem.capacity / GIB:.1f} GiB of {req.gpu.name}")
+    best = largest_fitting_batch(req, nodes, accum, a)
+    if best == 0:
+        bigger = sorted(g.name for g in GPUS.values()
+                        if memory(job_for(req, 1, accum), g, world, a).fits)
+        where = f"a GPU with more memory ({', '.join(bigger)})" if bigger else "a bigger GPU"
+        return (f"{head}. Even one sample per GPU overflows: parameters, gradients and "
+                f"optimizer state need sharding (ZeRO/FSDP), which data parallelism does not "
+                f"do; use {where}")
+    steps = accum * math.ceil(micro / best)
+    new_micro = math.ceil(micro * accum / steps)   # same samples per optimizer step
+    levers = []
+    if not req.checkpointing:
+        with_ckpt = largest_fitting_batch(req, nodes, accum, a, checkpointing=True)
+        if with_ckpt >= micro:
+            levers.append("--gradient_checkpointing (fits as is; ~1/3 more compute)")
+        elif with_ckpt > best:
+            levers.append(f"--gradient_checkpointing with micro-batch {with_ckpt}")
+    if req.global_batch:
+        levers += [f"--grad_accum_steps {steps} (micro-batch {new_micro}, same global batch)",
+                   f"more GPUs (>= {math.ceil(req.global_batch / (accum * best))} "
+                   "at this global batch)",
+                   f"a smaller batch (--global_batch {best * accum * world} or less)"]
+    else:
+        levers += [f"a smaller batch (--batch_per_gpu {best}, the largest that fits)",
+                   f"--batch_per_gpu {new_micro} --grad_accum_steps {steps} (same samples per step)"]
+    return f"{head}. Levers: " + "; ".join(levers)
+
+
+def accum_for_efficiency(req: PlanRequest, row: Row, a: Assumptions,
+                         calib: Calibration) -> int | None:
+    """Fewest accumulation steps (doubling) that lift efficiency to the target while the
+    micro-batch stays as it is, so the global batch grows. None if 256 is not enough."""
+    if row.prediction is None or not row.fits:
+        return None
+    k = row.accum_steps
+    while k <= MAX_ACCUM:
+        trial = evaluate(req, row.nodes, a, calib, accum=k, micro=row.micro_batch)
+        if trial.prediction.efficiency >= req.target_efficiency:
+            return k
+        k *= 2
+    return None
+
+
+def hours(req: PlanRequest, row: Row) -> float | None:
+    if req.train_samples is None or row.prediction is None:
+        return None
+    return req.train_samples / row.prediction.throughput / 3600
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    row: Row | None
+    reason: str
+    accum_for_target: dict[int, int | None]   # nodes -> accumulation steps
+
+
+def recommend(req: PlanRequest, rows: list[Row], a: Assumptions = Assumptions(),
+              calib: Calibration = Calibration()) -> Recommendation:
+    accum = {r.nodes: accum_for_efficiency(req, r, a, calib) for r in rows}
+    fitting = [r for r in rows if r.fits]
+    if not fitting:
+        return Recommendation(None, "no configuration fits in memory; see the notes", accum)
+    if req.target_hours is not None:
+        return _fewest_for_time(req, rows, a, calib, accum)
+    good = [r for r in fitting if r.prediction.efficiency >= req.target_efficiency]
+    if good:
+        best = max(good, key=lambda r: r.prediction.throughput)
+        why = (f"the fastest configuration at or above {req.target_efficiency:.0%} "
+               f"scaling efficiency")
+    else:
+        best = max(fitting, key=lambda r: r.prediction.efficiency)
+        why = (f"no configuration reaches {req.target_efficiency:.0%} efficiency; this is the "
+               f"most efficient (raise --grad_accum_steps, see the accumulation column)")
+    return Recommendation(best, why, accum)
+
+
+def _fewest_for_time(req: PlanRequest, rows: list[Row], a: Assumptions,
+                     calib: Calibration, accum: dict) -> Recommendation:
+    """Fewest GPUs meeting --target_hours, over the given node counts and powers of two."""
+    candidates = {r.nodes: r for r in rows}
+    for n in SEARCH_NODES:
+        if n not in candidates:
+            candidates[n] = evaluate(req, n, a, calib)
+    ok = [r for r in candidates.values()
+          if r.fits and hours(req, r) is not None and hours(req, r) <= req.target_hours]
+    if ok:
+        best = min(ok, key=lambda r: (r.world, -r.prediction.throughput))
+        return Recommendation(best, f"the fewest GPUs that finish within {req.target_hours:g} h",
+                              accum)
+    fitting = [r for r in candidates.values() if r.fits]
+    fastest = max(fitting, key=lambda r: r.prediction.throughput)
+    return Recommendation(fastest, f"no configuration up to {SEARCH_NODES[-1]} nodes finishes "
+                          f"within {req.target_hours:g} h; this is the fastest "
+                          f"({hours(req, fastest):.1f} h)", accum)

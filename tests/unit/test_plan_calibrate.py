@@ -1,0 +1,86 @@
+"""--calibrate: a tolerant summary.json reader that replaces assumed numbers."""
+import json
+
+import pytest
+
+from horovod_train.plan.calibrate import calibrate
+from horovod_train.plan.cli import build_parser, request_from_args
+from horovod_train.plan.errors import PlanError
+from horovod_train.plan.recommend import evaluate
+
+FLAGS = ["--model", "resnet50", "--batch_per_gpu", "64", "--gpu", "a100-40gb",
+         "--precision", "mixed_float16", "--gpus_per_node", "2"]
+
+
+def _req(*extra):
+    return request_from_args(build_parser().parse_args(FLAGS + list(extra)))
+
+
+def _write(tmp_path, data):
+    (tmp_path / "summary.json").write_text(json.dumps(data))
+    return str(tmp_path)
+
+
+def test_breakdown_calibrates_compute_bandwidth_and_input_wait(tmp_path):
+    run = _write(tmp_path, {"samples_per_sec": 3000.0, "world_size": 2, "batch_per_gpu": 64,
+                            "breakdown": {"compute_s": 0.035, "comm_s": 0.006, "data_s": 0.002}})
+    req = _req()
+    calib = calibrate(run, req)
+    assert calib.intra_busbw is not None and calib.node_net_bw is None
+    assert calib.data_s_per_sample > 0 and calib.compute_scale > 0
+    # The calibrated planner reproduces the run it was calibrated on.
+    predicted = evaluate(req, 1, calib=calib).prediction.throughput
+    assert predicted == pytest.approx(3000.0, rel=0.05)
+
+
+def test_fractions_nested_under_train_and_aliases(tmp_path):
+    run = _write(tmp_path, {"train": {"throughput": 3000.0, "size": 2,
+                                      "step_breakdown": {"compute": 0.81, "comm_frac": 0.14,
+                                                         "data_pct": 0.05}}})
+    calib = calibrate(run, _req())
+    assert calib.intra_busbw is not None
+    assert any("3000.0 samples/s" in n for n in calib.notes)
+
+
+def test_multi_node_run_calibrates_the_network(tmp_path):
+    run = _write(tmp_path, {"samples_per_sec": 2000.0, "world_size": 4, "nodes": 2,
+                            "breakdown": {"compute_s": 0.06, "comm_s": 0.05, "data_s": 0.0}})
+    calib = calibrate(run, _req("--interconnect", "tcp-10g", "--nodes", "1,2"))
+    assert calib.node_net_bw is not None and calib.intra_busbw is None
+
+
+def test_no_breakdown_single_gpu_scales_compute(tmp_path):
+    req = _req()
+    one = evaluate(request_from_args(build_parser().parse_args(
+        FLAGS[:-1] + ["1"])), 1).prediction.throughput
+    run = _write(tmp_path, {"samples_per_sec": one / 2, "model": "resnet101"})
+    calib = calibrate(run, req)
+    assert calib.compute_scale == pytest.approx(2.0, rel=0.02)
+    assert any("resnet101" in n for n in calib.notes)       # mismatch is reported
+
+
+def test_no_breakdown_multi_gpu_matches_step(tmp_path):
+    run = _write(tmp_path, {"samples_per_sec": 1500.0, "world_size": 2})
+    req = _req()
+    calib = calibrate(run, req)
+    assert evaluate(req, 1, calib=calib).prediction.throughput == pytest.approx(1500, rel=0.05)
+
+
+@pytest.mark.parametrize("content, match", [
+    (None, "summary.json"),
+    ("{not json", "readable JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"world_size": 2}', "samples_per_sec"),
+    ('{"samples_per_sec": -3}', "non-negative"),
+])
+def test_bad_summaries(tmp_path, content, match):
+    if content is not None:
+        (tmp_path / "summary.json").write_text(content)
+    with pytest.raises(PlanError, match=match):
+        calibrate(str(tmp_path), _req())
+
+
+def test_accepts_the_file_itself(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"samples_per_sec": 100.0}))
+    assert calibrate(str(path), _req()).source == str(path)
