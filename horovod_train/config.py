@@ -5,6 +5,7 @@ CLI takes a RunConfig and never reads flags or os.environ for settings. Validati
 happens in __post_init__ so a bad config cannot exist, whichever way it was built.
 """
 import dataclasses
+import os
 
 from horovod_train.errors import check_choice, check_positive, usage_error
 
@@ -21,6 +22,9 @@ class DataConfig:
 
     def __post_init__(self):
         check_positive("--batch_size", self.batch_size)
+        if self.data_dir and not os.path.isdir(self.data_dir):
+            raise usage_error("--data_dir", self.data_dir, "an existing directory",
+                              "create it or fix the path (bundled sets need no --data_dir)")
         if self.data_threads < 0:
             raise usage_error("--data_threads", self.data_threads, "0 (autotune) or a positive count",
                               "pass --data_threads=0")
@@ -86,6 +90,7 @@ class RunConfig:
     train: TrainConfig = TrainConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     summary_json: str | None = None
+    export_weights: str | None = None  # .npz of the final model weights (chief only)
 
     def __post_init__(self):
         # Names are checked here, against TF-free registries, so a typo fails before

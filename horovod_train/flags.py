@@ -44,6 +44,8 @@ def define_flags():
     f.DEFINE_boolean("deterministic", _D.runtime.deterministic, "Enable TF op determinism.")
     f.DEFINE_string("summary_json", _D.summary_json,
                     "Write the run summary here (chief only).")
+    f.DEFINE_string("export_weights", _D.export_weights,
+                    "Write the final model weights here as .npz (chief only).")
 
 
 def config_from_flags(fv) -> cfg.RunConfig:
@@ -62,4 +64,5 @@ def config_from_flags(fv) -> cfg.RunConfig:
                                   inter_op_threads=fv.inter_op_threads,
                                   deterministic=fv.deterministic),
         summary_json=fv.summary_json,
+        export_weights=fv.export_weights,
     )

@@ -195,6 +195,8 @@ def run(config) -> dict:
     summary = _summary(config, backend, trainer, accuracy, wall_start, backend_name)
     if info.is_chief and config.summary_json:
         metrics.write_json_atomic(config.summary_json, summary)
+    if info.is_chief and config.export_weights:
+        metrics.write_npz_atomic(config.export_weights, model.weights)
     logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",
                  summary["steps"], summary["final_loss"], accuracy, summary["samples_per_sec"],
                  summary["wall_seconds"])

@@ -71,15 +71,25 @@ def gather_digests(backend, digest: str) -> list[str]:
     return [bytes(int(round(b)) for b in row).hex() for row in byte_rows]
 
 
-def write_json_atomic(path: str, payload: dict):
+def _write_atomic(path: str, write_fn, mode: str):
     """Write aside, then rename: a reader never sees half a file."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".summary-", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=True)
+        with os.fdopen(fd, mode) as f:
+            write_fn(f)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str, payload: dict):
+    _write_atomic(path, lambda f: json.dump(payload, f, indent=2, sort_keys=True), "w")
+
+
+def write_npz_atomic(path: str, variables):
+    """Weights by position and path (w000_conv1/kernel), so the order is kept."""
+    arrays = {f"w{i:03d}_{v.path.replace('/', '.')}": np.asarray(v) for i, v in enumerate(variables)}
+    _write_atomic(path, lambda f: np.savez(f, **arrays), "wb")

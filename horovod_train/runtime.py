@@ -9,8 +9,17 @@ def configure_threads(config, local_size: int) -> tuple[int, int]:
     import tensorflow as tf
     intra = config.intra_op_threads or env.default_intra_op_threads(local_size)
     inter = config.inter_op_threads or (2 if local_size > 1 else 0)
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError:
+        # TF already ran ops in this process (a notebook, a test session): its pools
+        # are fixed now. Keep them and say so rather than fail the run.
+        intra = tf.config.threading.get_intra_op_parallelism_threads()
+        inter = tf.config.threading.get_inter_op_parallelism_threads()
+        logging.warning("threads | TensorFlow already initialised; keeping intra %d inter %d "
+                        "(0 = TF default). Set threads before running TF ops to change them.",
+                        intra, inter)
     return intra, inter
 
 

@@ -1,10 +1,7 @@
 """In-memory data sources: the bundled digits set and synthetic data."""
 import dataclasses
-import os
 
 import numpy as np
-
-from horovod_train.errors import usage_error
 
 # Fixed split of scikit-learn's digits: 1797 images, the last 360 of a seed-0
 # permutation are the test set (20%), so every run and every rank agrees.
@@ -25,19 +22,10 @@ class ArrayData:
         return tuple(self.x_train.shape[1:])
 
 
-def _check_data_dir(data_config):
-    # The bundled sets need no directory; one that was given but is missing is still
-    # a mistake worth stopping for (a typo would otherwise silently train on digits).
-    path = data_config.data_dir
-    if path and not os.path.isdir(path):
-        raise usage_error("--data_dir", path, "an existing directory",
-                          "create it, fix the path, or drop --data_dir for bundled data")
-
-
 def load_digits(data_config) -> ArrayData:
     """scikit-learn's 8x8 handwritten digits (real data shipped inside the package)."""
     from sklearn.datasets import load_digits as sk_load_digits
-    _check_data_dir(data_config)
+    del data_config  # bundled: no --data_dir needed (DataConfig checked any given)
     bunch = sk_load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[..., None]
     y = bunch.target.astype(np.int32)
@@ -48,7 +36,7 @@ def load_digits(data_config) -> ArrayData:
 
 def load_synthetic(data_config, num_examples=4096, shape=(8, 8, 1), num_classes=10) -> ArrayData:
     """Random inputs with random labels: for throughput, never for accuracy."""
-    _check_data_dir(data_config)
+    del data_config
     rng = np.random.default_rng(1234)
     x = rng.standard_normal((num_examples, *shape), dtype=np.float32)
     y = rng.integers(0, num_classes, num_examples, dtype=np.int32)

@@ -15,6 +15,7 @@ from horovod_train.errors import UsageError
     (lambda: cfg.RuntimeConfig(backend="nccl"), ["--backend", "horovod", "mwms", "local"]),
     (lambda: cfg.OptimConfig(optimizer="lamb"), ["--optimizer", "adam", "sgd"]),
     (lambda: cfg.OptimConfig(learning_rate=0), ["--learning_rate"]),
+    (lambda: cfg.DataConfig(data_dir="/no/such/dir"), ["--data_dir", "/no/such/dir", "existing"]),
 ])
 def test_bad_values_name_flag_value_and_fix(build, fragments):
     with pytest.raises(UsageError) as err:

@@ -1,0 +1,63 @@
+"""The command line: bad input exits 2 with one line, imports stay light, flagfiles work."""
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT, child_env, run_cli
+
+TRAIN = [sys.executable, "-m", "horovod_train"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--model=resnet9000"], "digits_cnn"),
+    (["--dataset=imagenet21k"], "digits"),
+    (["--backend=nccl"], "horovod"),
+    (["--batch_size=0"], "--batch_size"),
+    (["--epochs=-1"], "--epochs"),
+    (["--max_steps=-5"], "--max_steps"),
+    (["--data_dir=/no/such/dir", "--max_steps=1"], "/no/such/dir"),
+    (["--batch_size=seven"], "--batch_size"),
+    (["--no_such_flag=1"], "no_such_flag"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, fragment):
+    proc = run_cli(TRAIN + args, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("horovod_train: error")]
+    assert len(lines) == 1 and fragment in lines[0] and "Fix" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_horovod_backend_without_horovod_says_how_to_fix(tmp_path):
+    # A stand-in package that fails to import, first on the path, as on a machine
+    # where Horovod was never built.
+    fake = tmp_path / "horovod"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('No module named horovod (stand-in)')\n")
+    env = child_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    proc = run_cli(TRAIN + ["--backend=horovod", "--max_steps=1"], env=env, timeout=300)
+    assert proc.returncode == 2
+    assert "Horovod is not importable" in proc.stderr and "make setup" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_light_imports_load_no_tensorflow():
+    code = ("import sys, horovod_train, horovod_train.config, horovod_train.flags, "
+            "horovod_train.env, horovod_train.backends, models; "
+            "import horovod_train.data.sharding; "
+            "assert 'tensorflow' not in sys.modules and 'horovod' not in sys.modules, "
+            "sorted(m for m in sys.modules if m.startswith(('tensorflow', 'horovod.')))")
+    proc = run_cli([sys.executable, "-c", code], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_flagfile_and_single_process_run(tmp_path):
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_text("--backend=local\n--max_steps=12\n--log_every=4\n--model=digits_mlp\n")
+    out = tmp_path / "summary.json"
+    proc = run_cli(TRAIN + [f"--flagfile={flagfile}", f"--summary_json={out}"], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+    summary = json.loads(out.read_text())
+    assert summary["steps"] == 12 and summary["config"]["model"] == "digits_mlp"
+    assert "train | step 12/12 | loss" in proc.stderr

@@ -1,0 +1,69 @@
+"""Starting real ranks for tests: argv builders and result readers."""
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+from conftest import ROOT, child_env, run_cli
+
+BIN = os.path.dirname(sys.executable)
+TRAIN = [sys.executable, "-m", "horovod_train"]
+
+
+def horovodrun(np_: int, controller: str, args) -> list[str]:
+    return [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
+            f"--{controller}", *TRAIN, *args]
+
+
+def mpirun(np_: int, args) -> list[str]:
+    mpirun_bin = shutil.which("mpirun") or "mpirun"
+    return [mpirun_bin, "-np", str(np_), "--bind-to", "none", *TRAIN, *args]
+
+
+def run_ranks(argv, run_dir, timeout=600, **env) -> dict:
+    """Runs a job that writes summary.json and weights.npz into run_dir; returns the summary."""
+    os.makedirs(run_dir, exist_ok=True)
+    argv = argv + [f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
+    proc = run_cli(argv, timeout=timeout, env=child_env(**env))
+    assert proc.returncode == 0, f"job failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    summary["_stderr"] = proc.stderr
+    return summary
+
+
+def load_weights(run_dir) -> list[np.ndarray]:
+    with np.load(os.path.join(run_dir, "weights.npz")) as data:
+        return [data[name] for name in sorted(data.files)]
+
+
+def digest_of(weights) -> str:
+    h = hashlib.sha256()
+    for w in weights:
+        h.update(np.ascontiguousarray(w).tobytes())
+    return h.hexdigest()
+
+
+def assert_ranks_identical(summary, run_dir, world_size):
+    """One digest per rank, all equal, and equal to the weights the chief exported."""
+    digests = summary["weight_digests"]
+    assert len(digests) == world_size == summary["world_size"]
+    assert len(set(digests)) == 1, f"ranks diverged: {digests}"
+    assert digests[0] == digest_of(load_weights(run_dir))
+    assert len(summary["samples_per_sec_per_rank"]) == world_size
+    assert all(rate > 0 for rate in summary["samples_per_sec_per_rank"])
+
+
+def assert_loss_fell(summary, factor=0.5):
+    losses = [loss for _, loss in summary["loss_history"]]
+    assert len(losses) >= 2 and losses[-1] < factor * losses[0], losses
+
+
+def only_chief_files(run_dir):
+    """The run dir holds exactly what the chief writes: no second copy, no partial file."""
+    assert sorted(os.listdir(run_dir)) == ["summary.json", "weights.npz"]
+
+
