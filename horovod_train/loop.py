@@ -83,10 +83,9 @@ class _Trainer:
         self.timed_calls = 0
 
     def _dataset(self, epoch):
-        from horovod_train.data import pipeline
         cfg = self.config
-        return self.backend.distribute_dataset(lambda shard: pipeline.train_dataset(
-            self.data, shard, cfg.data.batch_size, cfg.runtime.seed, epoch, cfg.data.data_threads))
+        return self.backend.distribute_dataset(lambda shard: self.data.train_dataset(
+            shard, cfg.data.batch_size, cfg.runtime.seed, epoch, cfg.data.data_threads))
 
     def _one_step(self, batch_iter):
         t0 = time.perf_counter()
@@ -120,10 +119,8 @@ class _Trainer:
         logging.info(metrics.format_line(self.global_step, self.total, loss, rate, breakdown))
 
     def _evaluate(self, label):
-        from horovod_train.data import pipeline
         from horovod_train.step import evaluate
-        ds = self.backend.distribute_dataset(
-            lambda shard: pipeline.eval_dataset(self.data, shard, 256))
+        ds = self.backend.distribute_dataset(lambda shard: self.data.eval_dataset(shard, 256))
         accuracy, count = evaluate(self.model, ds, self.backend)
         self.accuracy_history.append((self.global_step, accuracy))
         logging.info("eval  | %s | step %d | test accuracy %.4f on %d examples",
@@ -188,7 +185,7 @@ def run(config) -> dict:
         logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
                      backend.chosen_env)
     data = data_lib.load(config.data)
-    per_epoch, total = _plan_steps(config, len(data.x_train), info.size)
+    per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
     model, optimizer = _build(config, backend, data, per_epoch)
     trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total)
     accuracy = trainer.train()

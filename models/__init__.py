@@ -11,6 +11,17 @@ import importlib
 _REGISTRY = {
     "digits_cnn": "models.small:digits_cnn",
     "digits_mlp": "models.small:digits_mlp",
+    "resnet18": "models.resnet:resnet18",
+    "resnet34": "models.resnet:resnet34",
+    "resnet50": "models.resnet:resnet50",
+    "resnet101": "models.resnet:resnet101",
+    "resnet152": "models.resnet:resnet152",
+    "resnet18_cifar": "models.resnet:resnet18_cifar",
+    "resnet34_cifar": "models.resnet:resnet34_cifar",
+    "resnet50_cifar": "models.resnet:resnet50_cifar",
+    "transformer_classifier": "models.transformer:transformer_classifier",
+    "decoder_lm": "models.transformer:decoder_lm",
+    "decoder_lm_124m": "models.transformer:decoder_lm_124m",
 }
 
 

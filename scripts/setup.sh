@@ -43,23 +43,27 @@ install_requirements() {
   rm -f "$VENV/.horovod.stamp"  # TF may have changed: the Horovod build must match it
 }
 
-# TF >= 2.19 moved the XLA headers that horovod/tensorflow/xla_mpi_ops.cc includes.
-# That file's code is compiled only for GPU builds (HAVE_GPU); on CPU it needs the
-# includes to resolve and nothing more, so empty placeholders at the old paths suffice.
-# Only headers that the installed TF really lacks get a placeholder.
+# TF >= 2.19 moved the XLA headers that horovod/tensorflow/xla_mpi_ops.cc includes,
+# and the ones still shipped pull in third-party headers TF does not ship
+# (highwayhash). That file's code is compiled only for GPU builds (HAVE_GPU); on CPU
+# it needs its XLA includes to resolve and nothing more, so empty placeholders at
+# those paths, found first through -iquote, let it compile. GPU builds must not use
+# this (see the README: they need TF's full XLA headers).
+XLA_INCLUDES=(
+  tensorflow/compiler/tf2xla/xla_op_kernel.h
+  tensorflow/compiler/tf2xla/xla_op_registry.h
+  tensorflow/compiler/xla/client/xla_builder.h
+  tensorflow/compiler/xla/service/custom_call_target_registry.h
+  tensorflow/compiler/xla/service/hlo.pb.h
+  tensorflow/compiler/xla/shape.h
+  tensorflow/compiler/xla/xla_data.pb.h
+)
 make_xla_placeholders() {
-  local dir=$1 tf_include h
-  tf_include=$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.sysconfig.get_include())' 2>/dev/null)
+  local dir=$1 h
   rm -rf "$dir" && mkdir -p "$dir"
-  for h in tensorflow/compiler/tf2xla/xla_op_kernel.h tensorflow/compiler/tf2xla/xla_op_registry.h \
-           tensorflow/compiler/xla/client/xla_builder.h \
-           tensorflow/compiler/xla/service/custom_call_target_registry.h \
-           tensorflow/compiler/xla/service/hlo.pb.h tensorflow/compiler/xla/shape.h \
-           tensorflow/compiler/xla/xla_data.pb.h tensorflow/core/platform/human_readable_json.h; do
-    if [[ ! -e $tf_include/$h ]]; then
-      mkdir -p "$dir/$(dirname "$h")"
-      echo "// placeholder: see scripts/setup.sh (CPU build, XLA GPU ops not compiled)" >"$dir/$h"
-    fi
+  for h in "${XLA_INCLUDES[@]}"; do
+    mkdir -p "$dir/$(dirname "$h")"
+    echo "// placeholder for CPU builds: see scripts/setup.sh" >"$dir/$h"
   done
 }
 

@@ -11,6 +11,9 @@ DIGITS_SPLIT_SEED = 0
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ArrayData:
+    """An in-memory source. Every source offers the same five members, which are all
+    the training loop uses: num_train_examples, input_shape, num_classes,
+    train_dataset(shard, batch_size, seed, epoch, threads), eval_dataset(shard, batch_size)."""
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
@@ -20,6 +23,18 @@ class ArrayData:
     @property
     def input_shape(self) -> tuple:
         return tuple(self.x_train.shape[1:])
+
+    @property
+    def num_train_examples(self) -> int:
+        return len(self.x_train)
+
+    def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
+        from horovod_train.data import pipeline
+        return pipeline.train_dataset(self, shard, batch_size, seed, epoch, threads)
+
+    def eval_dataset(self, shard, batch_size):
+        from horovod_train.data import pipeline
+        return pipeline.eval_dataset(self, shard, batch_size)
 
 
 def load_digits(data_config) -> ArrayData:
