@@ -1,0 +1,279 @@
+"""`python -m launch` command line: flags -> validated requests -> text or a plan.
+
+This module only parses and formats; launch/__main__.py prints, writes and spawns.
+Argument errors become LaunchError too, so every bad input ends the same way: one
+line on stderr, exit code 2, nothing started.
+"""
+import argparse
+import json
+import os
+import shlex
+from dataclasses import dataclass
+
+from launch import sbatch, slurm_nodes, spec, tfconfig
+from launch.errors import LaunchError, launch_error
+from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfile,
+                             format_openmpi_hostfile, is_local_only, parse_hostfile,
+                             parse_hosts_arg, total_slots)
+from launch.plan import BIND_TO, CONTROLLERS, SRUN_MPI
+
+COMMAND_EXAMPLE = "-- python -m horovod_train --steps 100"
+
+
+@dataclass(frozen=True)
+class Output:
+    """Text for stdout, or for `path` when given."""
+    text: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    plan: spec.LaunchPlan
+    dry_run: bool
+    as_json: bool = False
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise LaunchError(f"{self.prog}: {message}. Example: see `{self.prog} --help`")
+
+
+def _add(parser, *names, **kwargs):
+    """Adds a flag under both spellings (--dry_run and --dry-run)."""
+    spelled = []
+    for name in names:
+        spelled.append(name)
+        if name.startswith("--") and "_" in name:
+            spelled.append(name.replace("_", "-"))
+    return parser.add_argument(*spelled, **kwargs)
+
+
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"received {text!r}; expected a whole number "
+                                         "written with digits, e.g. 8")
+    return int(text)
+
+
+def _hosts_flags(parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    _add(group, "--hostfile", help="hostfile: 'host slots=N', 'host:N' or 'host' per line")
+    _add(group, "-H", "--hosts", help="host list, e.g. node01:8,node02:8")
+
+
+def _run_flags(parser) -> None:
+    _add(parser, "--backend", choices=spec.BACKENDS, default="horovod")
+    _add(parser, "--launcher", choices=spec.LAUNCHERS,
+         help="default: horovodrun for horovod; local (localhost) or mpirun for mwms")
+    _add(parser, "--controller", choices=CONTROLLERS, help="horovodrun: gloo (default) or mpi")
+    _hosts_flags(parser)
+    _add(parser, "-np", "--np", type=_whole, help="ranks (default: all slots)")
+    _add(parser, "--port_base", type=_whole, default=tfconfig.DEFAULT_PORT_BASE,
+         help="mwms: worker on a host listens on port_base + local rank")
+    _add(parser, "--env", action="append", default=[], metavar="NAME=VALUE")
+    _add(parser, "-x", "--forward", action="append", default=[], metavar="NAME",
+         help="also forward NAME (HOROVOD_*, NCCL_*, TF_*, PYTHON*, OMP_* always are)")
+    _add(parser, "--cores_per_host", type=_whole,
+         help="set threads per rank to cores/ranks (default on localhost: this machine's)")
+    _add(parser, "--no_share_cores", action="store_true", help="do not set thread defaults")
+    _add(parser, "--oversubscribe", action="store_true")
+    _add(parser, "--bind_to", choices=BIND_TO, default="none")
+    _add(parser, "--map_by", default="slot")
+    _add(parser, "--mca", action="append", default=[], metavar="NAME=VALUE")
+    _add(parser, "--launch_agent", help="mpirun/mpich: program used instead of ssh")
+    _add(parser, "--srun_mpi", choices=SRUN_MPI, default="pmix")
+    _add(parser, "--gpus_per_task", type=_whole)
+    _add(parser, "--fusion_threshold_mb", type=_whole)
+    _add(parser, "--cycle_time_ms", type=float)
+    _add(parser, "--timeline", help="Horovod timeline JSON path")
+    _add(parser, "--network_interface", action="append", default=[])
+    _add(parser, "--json", action="store_true", help="print the plan as JSON")
+
+
+def _slurm_flags(parser) -> None:
+    _add(parser, "--backend", choices=spec.BACKENDS, default="horovod")
+    _add(parser, "--nodes", type=_whole, required=True)
+    _add(parser, "--gpus_per_node", type=_whole, default=0, help="0 for CPU nodes")
+    _add(parser, "--tasks_per_node", type=_whole, help="default: one per GPU (1 on CPU)")
+    _add(parser, "--cpus_per_task", type=_whole)
+    _add(parser, "--gpus_per_task", type=_whole)
+    _add(parser, "--partition")
+    _add(parser, "--time", help="e.g. 04:00:00")
+    _add(parser, "--job_name", default="horovod_train")
+    _add(parser, "--account")
+    _add(parser, "--output_pattern", default="%x-%j.out", help="sbatch --output")
+    _add(parser, "--exclusive", action="store_true")
+    _add(parser, "--srun_mpi", choices=SRUN_MPI, default="pmix")
+    _add(parser, "--port_base", type=_whole, default=tfconfig.DEFAULT_PORT_BASE)
+    _add(parser, "--nccl_debug", default="WARN")
+    _add(parser, "--nccl_ib_hca", help="e.g. mlx5_0,mlx5_1")
+    _add(parser, "--nccl_socket_ifname", help="e.g. ib0")
+    _add(parser, "--env", action="append", default=[], metavar="NAME=VALUE")
+    _add(parser, "-o", "--output", help="write the script here instead of stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m launch", description="Plan and start horovod_train "
+                     "jobs: horovodrun, mpirun, srun, sbatch scripts and TF_CONFIG. "
+                     "The training command goes after '--'.")
+    subs = parser.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
+    _run_flags(subs.add_parser("run", help="start the job (--dry_run: only print it)"))
+    _add(subs.choices["run"], "--dry_run", action="store_true")
+    _run_flags(subs.add_parser("print", help="print the exact command and env (dry run)"))
+    tfc = subs.add_parser("tf-config", help="print TF_CONFIG JSON for MWMS worker --index")
+    _hosts_flags(tfc)
+    _add(tfc, "--index", type=_whole)
+    _add(tfc, "--all", action="store_true", help="one line per worker")
+    _add(tfc, "--port_base", type=_whole, default=tfconfig.DEFAULT_PORT_BASE)
+    _slurm_flags(subs.add_parser("slurm", help="render an sbatch script"))
+    nodes = subs.add_parser("nodelist", help="expand a Slurm node list, one name per line")
+    nodes.add_argument("nodelist")
+    hosts = subs.add_parser("hosts", help="validate a host list and print it normalised")
+    _hosts_flags(hosts)
+    _add(hosts, "--nodelist", help="a Slurm node list, e.g. node[01-04]")
+    _add(hosts, "--slots", type=_whole, default=1, help="slots per node for --nodelist")
+    _add(hosts, "--tasks_per_node", help="Slurm counts for --nodelist, e.g. '8(x4)'")
+    _add(hosts, "--slurm_env", action="store_true",
+         help="hosts of the current Slurm job (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE)")
+    _add(hosts, "--format", choices=("openmpi", "horovod", "mpich"), default="openmpi")
+    return parser
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1:]
+    return argv, None
+
+
+def _read_hosts(args, required: bool) -> list[Host]:
+    if getattr(args, "hostfile", None):
+        return parse_hostfile(args.hostfile)
+    if getattr(args, "hosts", None):
+        return parse_hosts_arg(args.hosts)
+    if required:
+        raise launch_error("--hostfile/-H", None, "a hostfile or a host list",
+                           "--hostfile hostfiles/localhost or -H localhost:2")
+    return []
+
+
+def _pairs(items, flag: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise launch_error(flag, item, "NAME=VALUE", f"{flag} NCCL_DEBUG=INFO")
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+def _cores(args, hosts: list[Host]):
+    if args.no_share_cores:
+        return None
+    if args.cores_per_host is not None:
+        return args.cores_per_host
+    # Only the local machine's core count is known; remote hosts need --cores_per_host.
+    if hosts and is_local_only(hosts) and max(h.slots for h in hosts) > 1:
+        return os.cpu_count() or 1
+    if not hosts and (args.np or 0) > 1 and args.launcher != "srun":
+        return os.cpu_count() or 1
+    return None
+
+
+def launch_spec(args, command) -> spec.LaunchSpec:
+    hosts = _read_hosts(args, required=False)
+    knobs = spec.HorovodKnobs(args.fusion_threshold_mb, args.cycle_time_ms, args.timeline,
+                              tuple(args.network_interface))
+    return spec.LaunchSpec(
+        backend=args.backend, command=tuple(command), launcher=args.launcher,
+        hosts=tuple(hosts), hostfile=args.hostfile, np=args.np, controller=args.controller,
+        port_base=args.port_base, env=_pairs(args.env, "--env"), forward=tuple(args.forward),
+        cores_per_host=_cores(args, hosts), oversubscribe=args.oversubscribe,
+        bind_to=args.bind_to, map_by=args.map_by, mca=_pairs(args.mca, "--mca"),
+        launch_agent=args.launch_agent, srun_mpi=args.srun_mpi,
+        gpus_per_task=args.gpus_per_task, as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
+        horovod=knobs)
+
+
+def _slurm_job(args, command) -> sbatch.SlurmJob:
+    return sbatch.SlurmJob(
+        backend=args.backend, command=tuple(command), nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node, tasks_per_node=args.tasks_per_node,
+        cpus_per_task=args.cpus_per_task, partition=args.partition, time=args.time,
+        job_name=args.job_name, account=args.account, output=args.output_pattern,
+        exclusive=args.exclusive, srun_mpi=args.srun_mpi, gpus_per_task=args.gpus_per_task,
+        port_base=args.port_base, nccl_debug=args.nccl_debug, nccl_ib_hca=args.nccl_ib_hca,
+        nccl_socket_ifname=args.nccl_socket_ifname, env=_pairs(args.env, "--env"))
+
+
+def _tf_config_text(args) -> str:
+    hosts = _read_hosts(args, required=True)
+    configs = tfconfig.all_tf_configs(hosts, args.port_base)
+    if args.all:
+        return "\n".join(tfconfig.to_json(c) for c in configs) + "\n"
+    if args.index is None:
+        raise launch_error("--index", None, f"a worker index from 0 to {len(configs) - 1} "
+                           "(or --all)", "--index 0")
+    return tfconfig.to_json(tfconfig.tf_config_for_worker(hosts, args.index,
+                                                          args.port_base)) + "\n"
+
+
+def _hosts_text(args, environ) -> str:
+    if args.slurm_env:
+        hosts = slurm_nodes.hosts_from_slurm_env(environ)
+    elif args.nodelist and args.tasks_per_node:
+        hosts = slurm_nodes.hosts_from_slurm(args.nodelist, args.tasks_per_node)
+    elif args.nodelist:
+        hosts = [Host(name, args.slots) for name in slurm_nodes.expand_nodelist(
+            args.nodelist, "--nodelist")]
+    else:
+        hosts = _read_hosts(args, required=True)
+    if args.format == "horovod":
+        return format_horovodrun_hosts(hosts) + "\n"
+    if args.format == "mpich":
+        return format_mpich_hostfile(hosts)
+    return (f"# {len(hosts)} hosts, {total_slots(hosts)} slots\n"
+            + format_openmpi_hostfile(hosts))
+
+
+def parse(argv: list[str], environ) -> Output | Launch:
+    """Turns command-line words into an Output or a Launch; raises LaunchError."""
+    options, command = _split_command(list(argv))
+    args = build_parser().parse_args(options)
+    needs_command = args.subcommand in ("run", "print", "slurm")
+    if needs_command and not command:
+        raise launch_error(f"python -m launch {args.subcommand}", command,
+                           "the training command after '--'", COMMAND_EXAMPLE)
+    if not needs_command and command is not None:
+        raise launch_error(f"python -m launch {args.subcommand}", command,
+                           "no command ('--' is for run, print and slurm)",
+                           "python -m launch tf-config --hostfile F --index 0")
+    if args.subcommand in ("run", "print"):
+        plan = spec.build_plan(launch_spec(args, command), environ)
+        dry = args.subcommand == "print" or args.dry_run
+        return Launch(plan, dry_run=dry, as_json=args.json)
+    if args.subcommand == "slurm":
+        return Output(sbatch.render_sbatch(_slurm_job(args, command)), args.output)
+    if args.subcommand == "tf-config":
+        return Output(_tf_config_text(args))
+    if args.subcommand == "nodelist":
+        return Output("\n".join(slurm_nodes.expand_nodelist(args.nodelist, "nodelist")) + "\n")
+    return Output(_hosts_text(args, environ))
+
+
+def format_plan(plan: spec.LaunchPlan, as_json: bool = False) -> str:
+    """The dry-run text: exports of the env additions, then each exact command line."""
+    if as_json:
+        return json.dumps({"launcher": plan.launcher, "notes": list(plan.notes),
+                           "processes": [{"argv": list(p.argv), "env": p.env_dict()}
+                                         for p in plan.processes]}, indent=2) + "\n"
+    lines = [f"# launcher: {plan.launcher}; {len(plan.processes)} process(es) to start"]
+    lines += [f"# note: {note}" for note in plan.notes]
+    shared = dict(set.intersection(*(set(p.env) for p in plan.processes)))
+    lines.append("# environment additions:" + ("" if shared else " none"))
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(shared.items())]
+    for process in plan.processes:
+        own = [f"{k}={v}" for k, v in process.env if k not in shared]
+        lines.append(shlex.join((["env"] + own if own else []) + list(process.argv)))
+    return "\n".join(lines) + "\n"

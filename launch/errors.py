@@ -1,0 +1,23 @@
+"""The one error type of the launch layer. Standard library only.
+
+A LaunchError is bad user input found before anything is started. `python -m launch`
+prints str(err) on one line and exits 2, so every message must stand alone: where the
+problem is (file:line or flag), what was received, what was expected, and an example.
+"""
+
+
+class LaunchError(ValueError):
+    """Bad launch input; str(err) is the whole one-line message."""
+
+
+def _show(value) -> str:
+    # repr() escapes newlines and control characters, so a hostile value can never
+    # break the single-line message or inject terminal escapes.
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def launch_error(where: str, received, expected: str, example: str) -> LaunchError:
+    """Builds `WHERE: received R; expected E. Example: X` as a LaunchError."""
+    return LaunchError(f"{where}: received {_show(received)}; expected {expected}. "
+                       f"Example: {example}")

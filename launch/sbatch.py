@@ -1,0 +1,159 @@
+"""Renders ready-to-submit sbatch scripts from launch/slurm/*.sh.tmpl. Pure.
+
+Every user value that lands in the script passes a narrow check and then
+shlex.quote: #SBATCH values (which sbatch, not bash, parses) are restricted to a
+character set that shlex.quote leaves unchanged, and every exported value and every
+word of the training command is quoted. The templates' own shell code is fixed text.
+"""
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from launch import plan
+from launch.envvars import check_env_name, check_env_value, cpu_sharing_env
+from launch.errors import launch_error
+from launch.hostfile import MAX_HOSTS, MAX_SLOTS
+from launch.tfconfig import DEFAULT_PORT_BASE, check_port_range
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "slurm"
+_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_.:,/@%+=][A-Za-z0-9_.:,/@%+=-]{0,199}$")
+_TIME = re.compile(r"^([0-9]{1,3}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}$")
+_NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.:,^=-]{1,200}$")
+# Runs in every task: TF_CONFIG from the worker list and this task's SLURM_PROCID, then
+# the training command from "$@". Constant text: no user input is ever spliced in.
+_MWMS_TASK = ('export TF_CONFIG="{\\"cluster\\":{\\"worker\\":[${HOROVOD_TRAIN_TF_WORKERS}]},'
+              '\\"task\\":{\\"type\\":\\"worker\\",\\"index\\":${SLURM_PROCID}}}"; exec "$@"')
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    backend: str
+    command: tuple[str, ...]
+    nodes: int
+    gpus_per_node: int = 0                # 0: CPU-only job
+    tasks_per_node: int | None = None     # None: one task per GPU (or 1 on CPU nodes)
+    cpus_per_task: int | None = None
+    partition: str | None = None
+    time: str | None = None
+    job_name: str = "horovod_train"
+    account: str | None = None
+    output: str = "%x-%j.out"
+    exclusive: bool = False
+    srun_mpi: str = "pmix"                # horovod only; mwms needs no PMI
+    gpus_per_task: int | None = None
+    port_base: int = DEFAULT_PORT_BASE
+    nccl_debug: str = "WARN"
+    nccl_ib_hca: str | None = None
+    nccl_socket_ifname: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def _sbatch_value(value, flag: str, example: str) -> str:
+    if not isinstance(value, str) or not _SBATCH_VALUE.match(value):
+        raise launch_error(flag, value, "letters, digits and _.:,/@%+=- only (no spaces; "
+                           "sbatch reads #SBATCH lines itself)", example)
+    # This character set is one shlex.quote leaves as is, so the value is also
+    # shell-safe should anyone copy it onto a command line.
+    return shlex.quote(value)
+
+
+def tasks_per_node(job: SlurmJob) -> int:
+    if job.tasks_per_node is not None:
+        return plan.check_count(job.tasks_per_node, "--tasks_per_node", MAX_SLOTS)
+    return job.gpus_per_node or 1
+
+
+def _sbatch_lines(job: SlurmJob) -> list[str]:
+    lines = [("job-name", _sbatch_value(job.job_name, "--job_name", "resnet50")),
+             ("nodes", str(plan.check_count(job.nodes, "--nodes", MAX_HOSTS))),
+             ("ntasks-per-node", str(tasks_per_node(job)))]
+    if not isinstance(job.gpus_per_node, int) or not 0 <= job.gpus_per_node <= 64:
+        raise launch_error("--gpus_per_node", job.gpus_per_node, "a whole number from 0 "
+                           "(CPU-only) to 64", "--gpus_per_node 8")
+    if job.gpus_per_node:
+        lines.append(("gpus-per-node", str(job.gpus_per_node)))
+    if job.cpus_per_task is not None:
+        lines.append(("cpus-per-task", str(plan.check_count(job.cpus_per_task,
+                                                            "--cpus_per_task", MAX_SLOTS))))
+    if job.time is not None:
+        if not isinstance(job.time, str) or not _TIME.match(job.time):
+            raise launch_error("--time", job.time, "minutes, HH:MM:SS or D-HH:MM:SS",
+                               "--time 04:00:00")
+        lines.append(("time", job.time))
+    for key, value, example in (("partition", job.partition, "gpu"),
+                                ("account", job.account, "proj123")):
+        if value is not None:
+            lines.append((key, _sbatch_value(value, f"--{key}", example)))
+    lines.append(("output", _sbatch_value(job.output, "--output_pattern", "%x-%j.out")))
+    rendered = [f"#SBATCH --{key}={value}" for key, value in lines]
+    if job.exclusive:
+        rendered.append("#SBATCH --exclusive")
+    return rendered
+
+
+def _nccl_lines(job: SlurmJob) -> list[str]:
+    if not job.gpus_per_node:
+        return ["# CPU-only job: no NCCL settings needed."]
+    settings = (
+        ("NCCL_DEBUG", job.nccl_debug, "WARN", "WARN shows only problems; INFO to debug"),
+        ("NCCL_IB_HCA", job.nccl_ib_hca, "mlx5_0,mlx5_1", "RDMA NICs to use (ibv_devices)"),
+        ("NCCL_SOCKET_IFNAME", job.nccl_socket_ifname, "ib0",
+         "interface for bootstrap/TCP ('^lo,docker' excludes)"),
+    )
+    lines = []
+    for name, value, example, why in settings:
+        if value is None:
+            lines.append(f"# export {name}={example}  # {why}")
+        else:
+            if not isinstance(value, str) or not _NCCL_VALUE.match(value):
+                raise launch_error(f"--{name.lower()}", value, "letters, digits and "
+                                   "_.:,^=- only", f"--{name.lower()} {example}")
+            lines.append(f"export {name}={shlex.quote(value)}  # {why}")
+    lines += ["# export NCCL_IB_GID_INDEX=3  # RoCE v2 fabrics usually need this",
+              "# export NCCL_NET_GDR_LEVEL=PHB  # GPUDirect RDMA up to the PCIe host bridge",
+              "# export NCCL_IB_DISABLE=1  # no InfiniBand/RoCE: force TCP sockets"]
+    return lines
+
+
+def _env_lines(job: SlurmJob) -> list[str]:
+    env: dict[str, str] = {}
+    if job.cpus_per_task is not None:
+        ranks = tasks_per_node(job)
+        shared = cpu_sharing_env(job.cpus_per_task * ranks, ranks)
+        # GPU ranks want low collective latency, so only the thread counts apply there.
+        keep = shared if not job.gpus_per_node else {
+            k: v for k, v in shared.items() if k in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")}
+        env.update(keep)
+    for name, value in job.env:
+        env[check_env_name(name, "--env")] = check_env_value(value, f"--env {name}")
+    if not env:
+        return ["# (none)"]
+    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+
+
+def _srun_text(job: SlurmJob) -> str:
+    command = plan.check_command(list(job.command))
+    if job.backend == "mwms":
+        command = ["bash", "-c", _MWMS_TASK, "mwms-task"] + command
+    mpi = job.srun_mpi if job.backend == "horovod" else "none"
+    argv = plan.srun_argv(command, ntasks_per_node=tasks_per_node(job), mpi=mpi,
+                          cpus_per_task=job.cpus_per_task, gpus_per_task=job.gpus_per_task,
+                          export=None)
+    options = argv[:len(argv) - len(command)]
+    return " \\\n  ".join([shlex.join(options)] + [shlex.join(command)])
+
+
+def render_sbatch(job: SlurmJob) -> str:
+    """The sbatch script text for `job` (validated; raises LaunchError on bad input)."""
+    plan.check_choice(job.backend, ("horovod", "mwms"), "--backend")
+    values = {"@SBATCH@": "\n".join(_sbatch_lines(job)),
+              "@NCCL@": "\n".join(_nccl_lines(job)),
+              "@ENV@": "\n".join(_env_lines(job)),
+              "@SRUN@": _srun_text(job),
+              "@PORT_BASE@": str(check_port_range(job.port_base, tasks_per_node(job))),
+              "@TASKS_PER_NODE@": str(tasks_per_node(job))}
+    text = (TEMPLATE_DIR / f"{job.backend}.sbatch.sh.tmpl").read_text()
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text

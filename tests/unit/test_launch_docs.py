@@ -1,0 +1,74 @@
+"""The launch docs show real tool output: every `$ python -m launch ...` block is re-run.
+
+Blocks live in docs/launch.md (and in README.md once merged there). The commands run
+with a minimal environment (PATH, PYTHONPATH), the one the docs were generated with.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.hostfile import Host, parse_hostfile_text
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [path for path in (REPO / "docs/launch.md", REPO / "README.md") if path.exists()]
+BLOCK = re.compile(r"```console\n\$ (python -m launch [^\n]*)\n(.*?)```", re.S)
+
+
+def run_launch(args, cwd=REPO):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "launch", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=60)
+
+
+def examples():
+    found = []
+    for path in DOCS:
+        for match in BLOCK.finditer(path.read_text()):
+            found.append(pytest.param(match.group(1), match.group(2),
+                                      id=f"{path.name}:{match.group(1)[17:60]}"))
+    return found
+
+
+def test_docs_have_examples():
+    assert (REPO / "docs/launch.md").exists()
+    assert len(examples()) >= 8
+
+
+@pytest.mark.parametrize("command, expected", examples())
+def test_doc_example_matches_the_tool(command, expected):
+    result = run_launch(shlex.split(command)[3:])
+    assert result.returncode == 0, result.stderr
+    actual = result.stdout
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        actual = as_normal_user(actual)
+    assert actual == expected
+
+
+def as_normal_user(text: str) -> str:
+    """The docs show a normal user's plan; root adds OpenMPI's allow-root flag and env."""
+    lines = [line for line in text.replace(" --allow-run-as-root", "").splitlines()
+             if not line.startswith("export OMPI_ALLOW_RUN_AS_ROOT")]
+    for index, line in enumerate(lines[:-1]):
+        if line == "# environment additions:" and not lines[index + 1].startswith("export "):
+            lines[index] += " none"
+    return "\n".join(lines) + "\n"
+
+
+def test_doc_error_example_is_the_real_message(tmp_path):
+    (tmp_path / "hosts").write_text("n1\nn2\na;rm -rf / slots=2\n")
+    result = run_launch(["hosts", "--hostfile", "hosts"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() in (REPO / "docs/launch.md").read_text()
+
+
+def test_doc_hostfile_example_parses():
+    text = (REPO / "docs/launch.md").read_text()
+    block = re.search(r"```\n(node01 slots=8 .*?)```", text, re.S).group(1)
+    assert parse_hostfile_text(block, "docs") == [
+        Host("node01", 8), Host("node02", 8), Host("node03", 1), Host("node04", 8, 16),
+        Host("10.0.0.5", 4), Host("fe80::1", 4)]
