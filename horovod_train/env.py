@@ -32,8 +32,9 @@ SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
 # tf.distribute.
 TF_CONFIG = "TF_CONFIG"
-# Our own knobs.
-INTRA_OP_THREADS = "HOROVOD_TRAIN_INTRA_OP_THREADS"
+# Our own: set by `python -m launch` for mwms ranks started by mpirun/horovodrun.
+TRAIN_HOSTS = "HOROVOD_TRAIN_HOSTS"  # "h1:2,h2:2", ranks fill hosts in order
+MWMS_PORT_BASE = "HOROVOD_TRAIN_MWMS_PORT_BASE"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,17 +69,24 @@ def _slurm_local_size(env) -> int:
     return int(raw.split(",")[0].split("(")[0] or 1)
 
 
+def local_position(hosts: list[str], index: int) -> tuple[int, int]:
+    """(local rank, local size) of worker `index` among workers on the same host."""
+    mine = hosts[index]
+    return sum(1 for h in hosts[:index] if h == mine), sum(1 for h in hosts if h == mine)
+
+
 def _tf_config_info(env) -> LaunchInfo | None:
     raw = env.get(TF_CONFIG)
     if not raw:
         return None
     try:
         config = json.loads(raw)
-        workers = config["cluster"]["worker"]
+        hosts = [str(w).rpartition(":")[0] for w in config["cluster"]["worker"]]
         index = int(config["task"]["index"])
-    except (ValueError, KeyError, TypeError):
-        return None  # the mwms backend validates TF_CONFIG and reports the bad field
-    return LaunchInfo("tf_config", index, len(workers), 0, 1)
+        local_rank, local_size = local_position(hosts, index)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return LaunchInfo("tf_config")  # the mwms backend reports the bad field
+    return LaunchInfo("tf_config", index, len(hosts), local_rank, local_size)
 
 
 def launch_info(env=None) -> LaunchInfo:

@@ -91,7 +91,8 @@ class _Trainer:
         t0 = time.perf_counter()
         x, y = next(batch_iter)
         t1 = time.perf_counter()
-        if (self.global_step + 1) % self.config.train.log_every == 0:
+        if self.backend.supports_split_step and \
+                (self.global_step + 1) % self.config.train.log_every == 0:
             loss, parts = self.step.timed(x, y)
             # The first timed call traces three functions: its split says nothing.
             if self.timed_calls > 0:
@@ -120,7 +121,10 @@ class _Trainer:
 
     def _evaluate(self, label):
         from horovod_train.step import evaluate
-        ds = self.backend.distribute_dataset(lambda shard: self.data.eval_dataset(shard, 256))
+        # Evaluation runs outside any strategy.run, on this rank's plain shard; the
+        # counts are summed over ranks afterwards.
+        info = self.backend.info
+        ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
         accuracy, count = evaluate(self.model, ds, self.backend)
         self.accuracy_history.append((self.global_step, accuracy))
         logging.info("eval  | %s | step %d | test accuracy %.4f on %d examples",
@@ -174,7 +178,10 @@ def run(config) -> dict:
     wall_start = time.perf_counter()
     launch = env.launch_info()
     backend_name = backends.resolve(config.runtime.backend, launch)
-    backend = backends.create(backend_name)  # UsageError here, before TF runs anything
+    rt = config.runtime
+    backend = backends.create(backend_name, collective=rt.collective,  # UsageError: before TF runs
+                              collective_timeout_s=rt.collective_timeout_s,
+                              port_base=rt.mwms_port_base)
     intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)

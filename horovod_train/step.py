@@ -36,7 +36,7 @@ class TrainStep:
         return loss, grads
 
     def _apply(self, grads):
-        self.optimizer.apply_gradients(zip(grads, self.variables))
+        self.backend.apply_gradients(self.optimizer, grads, self.variables)
 
     def _fused(self, x, y):
         loss, grads = self._grads(x, y)

@@ -8,6 +8,7 @@ from horovod_train.errors import UsageError
 _FACTORIES = {
     "horovod": "horovod_train.backends.horovod:HorovodBackend",
     "local": "horovod_train.backends.local:LocalBackend",
+    "mwms": "horovod_train.backends.mwms:MwmsBackend",
 }
 
 

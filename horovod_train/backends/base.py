@@ -49,6 +49,13 @@ class Backend(abc.ABC):
         """Averages gradients over ranks (called inside the compiled step)."""
         return grads
 
+    def apply_gradients(self, optimizer, grads, variables):
+        """Applies already-reduced gradients (called inside the compiled step)."""
+        optimizer.apply_gradients(zip(grads, variables))
+
+    # False where the step can only run inside the backend's own run_step (mwms).
+    supports_split_step = True
+
     def allreduce_mean(self, value):
         """Averages a tensor over ranks, eagerly (metrics and collective decisions)."""
         return value

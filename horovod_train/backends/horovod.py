@@ -67,7 +67,10 @@ class HorovodBackend(Backend):
         self._hvd.broadcast_variables([getattr(v, "value", v) for v in variables], root_rank=0)
 
     def barrier(self):
-        self._hvd.barrier()
+        # horovod.tensorflow has no barrier; a scalar allreduce returns only once
+        # every rank has submitted it.
+        import tensorflow as tf
+        self._hvd.allreduce(tf.constant(0.0), op=self._hvd.Sum, name="horovod_train_barrier")
 
     def shutdown(self):
         self._hvd.shutdown()

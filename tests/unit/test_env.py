@@ -17,6 +17,8 @@ from horovod_train import env
       "SLURM_NTASKS_PER_NODE": "8(x2)"}, ("srun", 5, 16, 1, 8)),
     ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:2", "c:3"]},
                                "task": {"type": "worker", "index": 2}})}, ("tf_config", 2, 3, 0, 1)),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1", "h:2", "g:1", "h:3"]},
+                               "task": {"type": "worker", "index": 3}})}, ("tf_config", 3, 4, 2, 3)),
 ])
 def test_launch_info(variables, expected):
     info = env.launch_info(variables)

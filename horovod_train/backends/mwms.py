@@ -1,0 +1,98 @@
+"""tf.distribute.MultiWorkerMirroredStrategy behind the same interface.
+
+Keras 3 `model.fit` under MWMS fails on TF 2.21 ("unsupported type PerReplica ... to
+a Tensor"), so the loop drives the strategy itself: `strategy.run` for steps,
+`distribute_datasets_from_function` over our own sharding for input.
+
+Gradients: a Keras 3 optimizer called in a replica context all-reduces (SUM) the
+gradients inside apply_gradients, and it cannot be called from cross-replica context
+on CPUs (its update goes through merge_call). So under mwms that SUM is THE one
+gradient reduction of the step, and allreduce_gradients only pre-divides by the
+replica count so that the sum is the mean. (Reducing ourselves as well would send
+every gradient twice.)
+"""
+import json
+import os
+
+import tensorflow as tf
+
+from horovod_train.backends import tf_config as tfc
+from horovod_train.backends.base import Backend, ProcessInfo
+from horovod_train.data.sharding import ShardInfo
+
+IMPLEMENTATIONS = {
+    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+
+class MwmsBackend(Backend):
+    name = "mwms"
+    supports_split_step = False  # every part must run inside strategy.run
+
+    def __init__(self, collective="auto", collective_timeout_s=300.0, port_base=23456, **_options):
+        super().__init__()
+        self.collective = collective
+        self.timeout_s = collective_timeout_s
+        self.port_base = port_base
+        self.strategy = None
+        self._compiled = {}
+
+    def setup(self) -> ProcessInfo:
+        config = tfc.resolve_tf_config(os.environ, self.port_base)
+        os.environ["TF_CONFIG"] = json.dumps(config)
+        workers, index = config["cluster"]["worker"], config["task"]["index"]
+        tfc.rendezvous(workers, index, self.timeout_s)
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=self.timeout_s)
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        local_rank, local_size = tfc.local_position(workers, index)
+        self.info = ProcessInfo(index, len(workers), local_rank, local_size)
+        return self.info
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def distribute_dataset(self, dataset_fn):
+        def fn(ctx: tf.distribute.InputContext):
+            return dataset_fn(ShardInfo(ctx.input_pipeline_id, ctx.num_input_pipelines))
+        return self.strategy.distribute_datasets_from_function(fn)
+
+    def run_step(self, step_fn, *args):
+        # strategy.run inside a tf.function: one graph per step instead of eager dispatch.
+        if step_fn not in self._compiled:
+            self._compiled[step_fn] = tf.function(
+                lambda *a: self.strategy.run(step_fn, args=a))
+        per_replica = self._compiled[step_fn](*args)
+        return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+
+    def allreduce_gradients(self, grads):
+        # The optimizer SUMs over replicas as it applies (see the module docstring).
+        scale = 1.0 / self.strategy.num_replicas_in_sync
+        return [g * tf.cast(scale, g.dtype) for g in grads]
+
+    def _replica_all_reduce(self, op, value):
+        """All-reduce of one tensor from outside any step (metrics, broadcast)."""
+        if "per_replica" not in self._compiled:
+            # A compiled identity step turns the tensor into a per-replica value;
+            # strategy.reduce then runs the cross-worker collective.
+            self._compiled["per_replica"] = tf.function(
+                lambda v: self.strategy.run(tf.identity, args=(v,)))
+        return self.strategy.reduce(op, self._compiled["per_replica"](value), axis=None)
+
+    def allreduce_mean(self, value):
+        return self._replica_all_reduce(tf.distribute.ReduceOp.MEAN, value)
+
+    def broadcast_variables(self, variables):
+        """Rank 0's values everywhere, as an exact SUM of (value on rank 0, zeros elsewhere).
+
+        MWMS already initialises mirrored variables from worker 0 when they are created;
+        this is for state that changes afterwards (a restored checkpoint)."""
+        is_root = self.info.rank == 0
+        for variable in variables:
+            mine = tf.identity(variable) if is_root else tf.zeros_like(variable)
+            variable.assign(self._replica_all_reduce(tf.distribute.ReduceOp.SUM, mine))
+
+    def barrier(self):
+        self.allreduce_mean(tf.constant(0.0))

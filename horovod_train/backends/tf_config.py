@@ -1,0 +1,181 @@
+"""TF_CONFIG for the mwms backend: validated when given, derived when not. TF-free.
+
+Derivation follows the launcher that started us:
+  - srun: the job's nodelist (expanded here, no scontrol needed), tasks per node;
+  - mpirun / MPICH: an allgather of hostnames over MPI (mpi4py);
+  - horovodrun with every rank on this host: localhost.
+Worker i listens on port_base + its local rank, so ports are predictable per host.
+"""
+import json
+import socket
+import time
+
+from horovod_train import env as env_lib
+from horovod_train.errors import UsageError
+
+_EXAMPLE = ('{"cluster": {"worker": ["host1:23456", "host2:23456"]}, '
+            '"task": {"type": "worker", "index": 0}}')
+
+
+def _bad(field: str, received, expected: str) -> UsageError:
+    return UsageError(f"TF_CONFIG {field}: received {received!r}; expected {expected}. "
+                      f"Fix: set TF_CONFIG like {_EXAMPLE}, or unset it to derive it from the launcher")
+
+
+def validate(raw: str) -> dict:
+    """Parses TF_CONFIG; every failure names the field that is wrong."""
+    try:
+        config = json.loads(raw)
+    except ValueError as err:
+        raise _bad("(JSON)", raw[:80], f"valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise _bad("(top level)", config, "a JSON object")
+    cluster = config.get("cluster")
+    if not isinstance(cluster, dict) or not isinstance(cluster.get("worker"), list) \
+            or not cluster["worker"]:
+        raise _bad("cluster.worker", cluster, "a non-empty list of host:port")
+    for address in cluster["worker"]:
+        host, _, port = str(address).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise _bad("cluster.worker", address, "host:port with a port in 1..65535")
+    if set(cluster) - {"worker"}:
+        raise _bad("cluster", sorted(cluster), "only 'worker' tasks (no chief/ps/evaluator)")
+    task = config.get("task")
+    if not isinstance(task, dict) or task.get("type") != "worker":
+        raise _bad("task.type", (task or {}).get("type") if isinstance(task, dict) else task,
+                   "'worker'")
+    index = task.get("index")
+    if not isinstance(index, int) or not 0 <= index < len(cluster["worker"]):
+        raise _bad("task.index", index, f"an integer in [0, {len(cluster['worker'])})")
+    return config
+
+
+def _config(hosts: list[str], index: int, port_base: int) -> dict:
+    """Workers in rank order; each host's workers get consecutive ports."""
+    seen = {}
+    workers = []
+    for host in hosts:
+        workers.append(f"{host}:{port_base + seen.get(host, 0)}")
+        seen[host] = seen.get(host, 0) + 1
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+
+
+def _hosts_from_mpi(size: int) -> list[str]:
+    from mpi4py import MPI  # under mpirun only; initialises MPI for this exchange
+    hosts = MPI.COMM_WORLD.allgather(socket.gethostname())
+    if len(hosts) != size:
+        raise UsageError(f"MPI world has {len(hosts)} ranks but the launcher announced {size}")
+    return hosts
+
+
+def _hosts_from_slurm(environ, size: int) -> list[str]:
+    from launch.slurm_nodes import expand_nodelist, expand_tasks_per_node
+    nodes = expand_nodelist(environ[env_lib.SLURM_JOB_NODELIST])
+    counts = expand_tasks_per_node(environ.get(env_lib.SLURM_NTASKS_PER_NODE, "1"))
+    hosts = [node for node, count in zip(nodes, counts) for _ in range(count)]
+    if len(hosts) != size:
+        raise UsageError(f"Slurm nodelist gives {len(hosts)} tasks but SLURM_NTASKS={size}")
+    return hosts  # srun's default block distribution: consecutive ranks per node
+
+
+def _hosts_from_launcher_list(value: str, size: int) -> list[str]:
+    """HOROVOD_TRAIN_HOSTS ("h1:2,h2:2", set by `python -m launch`): ranks fill hosts in order."""
+    from launch.hostfile import parse_hosts_arg
+    hosts = [h.name for h in parse_hosts_arg(value, flag="HOROVOD_TRAIN_HOSTS") for _ in range(h.slots)]
+    if len(hosts) < size:
+        raise UsageError(f"HOROVOD_TRAIN_HOSTS: received {value!r} ({len(hosts)} slots); expected "
+                         f"at least {size} slots. Fix: list every host with its slot count")
+    return hosts[:size]
+
+
+def resolve_tf_config(environ, port_base: int) -> dict:
+    raw = environ.get(env_lib.TF_CONFIG)
+    if raw:
+        return validate(raw)
+    info = env_lib.launch_info(environ)
+    port_base = int(environ.get(env_lib.MWMS_PORT_BASE, port_base))
+    if environ.get(env_lib.TRAIN_HOSTS) and info.is_distributed_launch:
+        hosts = _hosts_from_launcher_list(environ[env_lib.TRAIN_HOSTS], info.size)
+    elif info.launcher == "srun":
+        hosts = _hosts_from_slurm(environ, info.size)
+    elif info.launcher in ("mpirun", "mpich"):
+        hosts = _hosts_from_mpi(info.size)
+    elif info.launcher == "horovodrun" and info.local_size == info.size:
+        hosts = ["localhost"] * info.size
+    elif info.launcher == "none":
+        hosts = ["localhost"]  # a single worker
+    else:
+        raise UsageError("--backend=mwms under horovodrun across hosts: received no TF_CONFIG; "
+                         "expected TF_CONFIG or a launcher we can derive it from. Fix: launch "
+                         "with mpirun or srun, or set TF_CONFIG ('python -m launch tf-config')")
+    return _config(hosts, info.rank, port_base)
+
+
+def rendezvous(workers: list[str], index: int, timeout_s: float):
+    """Meets every peer on its TF_CONFIG port before the strategy starts.
+
+    MWMS blocks without a word while a peer is missing, so we meet first: listen on
+    our own port, connect to every peer, and stay listening until every peer has
+    connected to us (each peer keeps trying while we listen, so all finish). Then the
+    listener closes and the strategy's server takes the same port. A port in use
+    fails at bind; a missing peer is named when timeout_s runs out.
+    """
+    host, _, port = workers[index].rpartition(":")
+    listener = _listen(int(port), workers[index], index)
+    deadline = time.monotonic() + timeout_s
+    try:
+        unreached = {w for i, w in enumerate(workers) if i != index}
+        callers = 0
+        while unreached or callers < len(workers) - 1:
+            unreached = {w for w in unreached if not _touch(w)}
+            callers += _accept_all(listener)
+            if time.monotonic() > deadline:
+                missing = ", ".join(sorted(unreached)) or \
+                    f"{len(workers) - 1 - callers} peer(s) that never connected to {workers[index]}"
+                raise UsageError(
+                    f"mwms: cannot reach worker(s) {missing} after {timeout_s:.0f} s "
+                    f"(--collective_timeout_s); expected every worker in TF_CONFIG to be running. "
+                    f"Fix: start them, or correct their addresses")
+            time.sleep(0.2)
+    finally:
+        listener.close()
+
+
+def _listen(port: int, address: str, index: int) -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(("", port))
+    except OSError as err:
+        listener.close()
+        raise UsageError(f"TF_CONFIG cluster.worker[{index}]: port {port} of {address} is in "
+                         f"use ({err.strerror}); expected a free port. Fix: pick another port "
+                         f"(--mwms_port_base, or edit TF_CONFIG) or stop what holds it") from None
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener
+
+
+def _accept_all(listener) -> int:
+    """Accepts pending peers; the peer closes first, so TIME_WAIT stays on its side."""
+    count = 0
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return count
+        conn.close()
+        count += 1
+
+
+def _touch(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def local_position(workers: list[str], index: int) -> tuple[int, int]:
+    return env_lib.local_position([w.rpartition(":")[0] for w in workers], index)
