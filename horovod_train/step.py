@@ -20,11 +20,18 @@ class TrainStep:
         self.optimizer = optimizer
         self.backend = backend
         self.variables = model.trainable_variables
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         self.fused = tf.function(self._fused)
         self._grads_fn = tf.function(self._grads)
         self._comm_fn = tf.function(backend.allreduce_gradients)
         self._apply_fn = tf.function(self._apply)
+
+    @staticmethod
+    def loss_fn(y, logits):
+        # The per-example function and our own mean, not a keras.losses.Loss object:
+        # those divide by the replica count under tf.distribute, which would scale
+        # mwms gradients twice. Here the loss is this rank's batch mean everywhere.
+        per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        return tf.reduce_mean(per_example)
 
     def _grads(self, x, y):
         with tf.GradientTape() as tape:
