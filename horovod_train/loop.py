@@ -82,10 +82,24 @@ class _Trainer:
         self.last_parts = None  # shares of the latest sampled step, reused until the next
         self.timed_calls = 0
 
-    def _dataset(self, epoch):
+    def _batches(self, epochs: int):
+        """One iterator over every epoch's shard, concatenated.
+
+        A new iterator per epoch costs tf.data's set-up (graph rewrites) each time, up
+        to seconds when ranks share cores, and every other rank waits for the slowest
+        at the first allreduce; one iterator pays it once."""
         cfg = self.config
-        return self.backend.distribute_dataset(lambda shard: self.data.train_dataset(
-            shard, cfg.data.batch_size, cfg.runtime.seed, epoch, cfg.data.data_threads))
+
+        def all_epochs(shard):
+            per_epoch = [self.data.train_dataset(shard, cfg.data.batch_size, cfg.runtime.seed,
+                                                 epoch, cfg.data.data_threads)
+                         .take(self.per_epoch) for epoch in range(epochs)]
+            dataset = per_epoch[0]
+            for more in per_epoch[1:]:
+                dataset = dataset.concatenate(more)
+            return dataset
+
+        return iter(self.backend.distribute_dataset(all_epochs))
 
     def _one_step(self, batch_iter):
         t0 = time.perf_counter()
@@ -133,8 +147,9 @@ class _Trainer:
 
     def train(self):
         every = self.config.train.eval_every_epochs
-        for epoch in range(self.config.train.epochs):
-            batch_iter = iter(self._dataset(epoch))
+        epochs = min(self.config.train.epochs, -(-self.total // self.per_epoch))
+        batch_iter = self._batches(epochs)
+        for epoch in range(epochs):
             for _ in range(self.per_epoch):
                 if self.global_step >= self.total:
                     break
