@@ -11,6 +11,7 @@ from horovod_train.errors import check_choice, check_positive, usage_error
 
 BACKENDS = ("auto", "horovod", "mwms", "local")
 OPTIMIZERS = ("adam", "sgd")
+COLLECTIVES = ("auto", "ring", "nccl")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,8 +20,21 @@ class DataConfig:
     data_dir: str | None = None
     batch_size: int = 32  # per replica; the global batch is batch_size * world size
     data_threads: int = 0  # 0 = tf.data.AUTOTUNE
+    # File-backed sources and pipeline knobs (rules in horovod_train/data/options.py).
+    tfds_name: str | None = None  # --dataset=tfds: builder name, e.g. mnist or mnist:3.0.1
+    train_split: str = "train"  # TFDS accepts slices, e.g. train[:90%]
+    eval_split: str = "test"
+    shuffle_buffer: int = 0  # 0 = automatic
+    cache: str = ""  # "" = off, "memory", or a file prefix for tf.data's file cache
+    skip_corrupt: bool = False  # skip unreadable records (counted and logged) instead of failing
+    verify_data: bool = True  # read every record once at load, so corruption fails before step 1
+    synthetic_shape: tuple = (8, 8, 1)
+    synthetic_examples: int = 4096
 
     def __post_init__(self):
+        from horovod_train.data import options  # TF-free
+        object.__setattr__(self, "synthetic_shape", options.parse_shape(self.synthetic_shape))
+        options.validate(self)
         check_positive("--batch_size", self.batch_size)
         if self.data_dir and not os.path.isdir(self.data_dir):
             raise usage_error("--data_dir", self.data_dir, "an existing directory",
@@ -73,9 +87,17 @@ class RuntimeConfig:
     intra_op_threads: int = 0  # 0 = cores / local ranks
     inter_op_threads: int = 0  # 0 = 2 when sharing cores, TF's default otherwise
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
+    collective: str = "auto"  # mwms: CommunicationImplementation
+    collective_timeout_s: float = 300.0  # bounds a stuck collective / missing peer
+    mwms_port_base: int = 23456  # mwms worker i listens on base + its local rank
 
     def __post_init__(self):
         check_choice("--backend", self.backend, BACKENDS)
+        check_choice("--collective", self.collective, COLLECTIVES)
+        check_positive("--collective_timeout_s", self.collective_timeout_s)
+        if not 1024 <= self.mwms_port_base <= 65000:
+            raise usage_error("--mwms_port_base", self.mwms_port_base, "a port in 1024..65000",
+                              "pass --mwms_port_base=23456")
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
                 raise usage_error(f"--{name}", getattr(self, name), "0 (automatic) or a positive count",

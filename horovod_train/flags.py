@@ -14,10 +14,27 @@ def define_flags():
     f = flags
     # Model and data.
     f.DEFINE_string("model", _D.model, "Model name from the zoo (models.available_models()).")
-    f.DEFINE_string("dataset", _D.data.dataset, "Dataset: digits (bundled) or synthetic.")
-    f.DEFINE_string("data_dir", _D.data.data_dir, "Directory holding the dataset files.")
+    f.DEFINE_string("dataset", _D.data.dataset,
+                    "Dataset: digits (bundled), synthetic, tfrecord, lmdb or tfds.")
+    f.DEFINE_string("data_dir", _D.data.data_dir,
+                    "Directory holding the dataset files (TFDS: its data_dir).")
     f.DEFINE_integer("batch_size", _D.data.batch_size, "Per-replica batch size.")
     f.DEFINE_integer("data_threads", _D.data.data_threads, "tf.data threads; 0 = autotune.")
+    f.DEFINE_string("tfds_name", _D.data.tfds_name, "TFDS builder name for --dataset=tfds.")
+    f.DEFINE_string("train_split", _D.data.train_split, "Training split (TFDS: slices allowed).")
+    f.DEFINE_string("eval_split", _D.data.eval_split, "Evaluation split.")
+    f.DEFINE_integer("shuffle_buffer", _D.data.shuffle_buffer,
+                     "Shuffle buffer per worker in examples; 0 = automatic.")
+    f.DEFINE_string("cache", _D.data.cache,
+                    "Cache decoded examples: '' (off), 'memory', or a file prefix.")
+    f.DEFINE_boolean("skip_corrupt", _D.data.skip_corrupt,
+                     "Skip unreadable records (counted and logged) instead of failing.")
+    f.DEFINE_boolean("verify_data", _D.data.verify_data,
+                     "Read every record once at start so corruption fails before training.")
+    f.DEFINE_list("synthetic_shape", list(map(str, _D.data.synthetic_shape)),
+                  "Shape of one synthetic example, e.g. 224,224,3.")
+    f.DEFINE_integer("synthetic_examples", _D.data.synthetic_examples,
+                     "Number of synthetic examples (an eighth held out for eval).")
     # Optimisation.
     f.DEFINE_string("optimizer", _D.optim.optimizer, "adam or sgd.")
     f.DEFINE_float("learning_rate", _D.optim.learning_rate,
@@ -42,6 +59,12 @@ def define_flags():
     f.DEFINE_integer("inter_op_threads", _D.runtime.inter_op_threads,
                      "TF inter-op threads per rank; 0 = automatic.")
     f.DEFINE_boolean("deterministic", _D.runtime.deterministic, "Enable TF op determinism.")
+    f.DEFINE_string("collective", _D.runtime.collective,
+                    "mwms collectives: auto, ring (gRPC, CPUs) or nccl (GPUs).")
+    f.DEFINE_float("collective_timeout_s", _D.runtime.collective_timeout_s,
+                   "mwms: seconds before a stuck collective or a missing peer fails the run.")
+    f.DEFINE_integer("mwms_port_base", _D.runtime.mwms_port_base,
+                     "mwms: worker ports when TF_CONFIG is derived (base + local rank).")
     f.DEFINE_string("summary_json", _D.summary_json,
                     "Write the run summary here (chief only).")
     f.DEFINE_string("export_weights", _D.export_weights,
@@ -53,7 +76,12 @@ def config_from_flags(fv) -> cfg.RunConfig:
     return cfg.RunConfig(
         model=fv.model,
         data=cfg.DataConfig(dataset=fv.dataset, data_dir=fv.data_dir,
-                            batch_size=fv.batch_size, data_threads=fv.data_threads),
+                            batch_size=fv.batch_size, data_threads=fv.data_threads,
+                            tfds_name=fv.tfds_name, train_split=fv.train_split,
+                            eval_split=fv.eval_split, shuffle_buffer=fv.shuffle_buffer,
+                            cache=fv.cache, skip_corrupt=fv.skip_corrupt,
+                            verify_data=fv.verify_data, synthetic_shape=fv.synthetic_shape,
+                            synthetic_examples=fv.synthetic_examples),
         optim=cfg.OptimConfig(optimizer=fv.optimizer, learning_rate=fv.learning_rate,
                               momentum=fv.momentum, warmup_epochs=fv.warmup_epochs,
                               scale_lr=fv.scale_lr),
@@ -62,7 +90,10 @@ def config_from_flags(fv) -> cfg.RunConfig:
         runtime=cfg.RuntimeConfig(backend=fv.backend, seed=fv.seed,
                                   intra_op_threads=fv.intra_op_threads,
                                   inter_op_threads=fv.inter_op_threads,
-                                  deterministic=fv.deterministic),
+                                  deterministic=fv.deterministic,
+                                  collective=fv.collective,
+                                  collective_timeout_s=fv.collective_timeout_s,
+                                  mwms_port_base=fv.mwms_port_base),
         summary_json=fv.summary_json,
         export_weights=fv.export_weights,
     )

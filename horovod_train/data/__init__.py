@@ -1,15 +1,20 @@
 """Input data: sources, sharding and tf.data pipelines.
 
 Like the model registry, names map to "module:function" so that validating
---dataset imports no TensorFlow. A source function takes the DataConfig and
-returns an ArrayData (in-memory sets) - the input pipelines in pipeline.py turn
-that into per-rank tf.data datasets.
+--dataset imports no TensorFlow. A source function takes the DataConfig and returns
+a *source*: an object with exactly the members the training loop uses -
+num_train_examples (identical on every rank), input_shape, num_classes,
+train_dataset(shard, batch_size, seed, epoch, threads=0) and
+eval_dataset(shard, batch_size). See docs/data.md for the sharding rules.
 """
 import importlib
 
 _SOURCES = {
     "digits": "horovod_train.data.sources:load_digits",
     "synthetic": "horovod_train.data.sources:load_synthetic",
+    "tfrecord": "horovod_train.data.tfrecord:load",
+    "lmdb": "horovod_train.data.lmdb_source:load",
+    "tfds": "horovod_train.data.tfds_source:load",
 }
 
 

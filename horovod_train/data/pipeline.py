@@ -1,31 +1,131 @@
-"""tf.data pipelines over in-memory arrays, sharded per rank."""
+"""tf.data pipelines: in-memory arrays (global-batch sharding) and per-worker record streams.
+
+Order of a record stream's training pipeline, and why:
+  read (parallel interleave) -> shuffle (serialized records: small) ->
+  batch(drop_remainder) -> decode (parallel map, one vectorized call per batch where
+  the records allow it) -> take(steps) -> prefetch.
+With --cache the decoded examples are cached before the shuffle, so later epochs
+skip reading and decoding but are still reshuffled. Every seed is derived from
+(seed, epoch), and interleave/map keep their order, so a seed fixes the order.
+"""
+import dataclasses
+
 import tensorflow as tf
 
 from horovod_train.data import sharding
+
+AUTO_SHUFFLE_BUFFER = 4096  # examples per worker when --shuffle_buffer=0
 
 
 def _autotune(threads: int):
     return threads if threads > 0 else tf.data.AUTOTUNE
 
 
-def train_dataset(data, shard: sharding.ShardInfo, batch_size: int, seed: int, epoch: int,
-                  threads: int = 0) -> tf.data.Dataset:
-    """One epoch of this rank's batches, in the globally agreed order."""
-    idx = sharding.train_indices(len(data.x_train), shard, batch_size, seed, epoch)
-    ds = tf.data.Dataset.from_tensor_slices((data.x_train[idx], data.y_train[idx]))
-    ds = ds.batch(batch_size, drop_remainder=True)
+def dataset_options(threads: int = 0) -> tf.data.Options:
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
-    # Order is already fixed by the permutation; AUTOTUNE may not reorder anything.
+    # Order is fixed by seeds; AUTOTUNE may parallelise but not reorder.
     options.deterministic = True
-    # Sharding is ours (by global batch); stop tf.distribute from sharding again.
+    # Sharding is ours; stop tf.distribute from sharding a second time.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return ds.with_options(options).prefetch(_autotune(threads))
+    return options
+
+
+def train_dataset(data, shard: sharding.ShardInfo, batch_size: int, seed: int, epoch: int,
+                  threads: int = 0) -> tf.data.Dataset:
+    """One epoch of this rank's batches of in-memory `data`, in the globally agreed order."""
+    idx = sharding.train_indices(len(data.x_train), shard, batch_size, seed, epoch)
+    # Sliced as whole batches: one element per step instead of batch_size elements.
+    x = data.x_train[idx].reshape(-1, batch_size, *data.x_train.shape[1:])
+    y = data.y_train[idx].reshape(-1, batch_size, *data.y_train.shape[1:])
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    return ds.with_options(dataset_options(threads)).prefetch(_autotune(threads))
 
 
 def eval_dataset(data, shard: sharding.ShardInfo, batch_size: int) -> tf.data.Dataset:
     idx = sharding.eval_indices(len(data.x_test), shard)
     ds = tf.data.Dataset.from_tensor_slices((data.x_test[idx], data.y_test[idx]))
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return ds.batch(batch_size).with_options(options).prefetch(tf.data.AUTOTUNE)
+    return ds.batch(batch_size).with_options(dataset_options()).prefetch(tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """One worker's epoch of a record stream, as train_batches needs it."""
+    steps: int  # batches to yield: the loop's steps_per_epoch, identical on every rank
+    batch_size: int
+    records: int  # records in this worker's shard (>= steps * batch_size)
+    seed: int  # this epoch's shuffle seed
+    threads: int = 0
+    shuffle_buffer: int = 0  # 0 = automatic
+    cache: str = ""  # "", "memory" or a file prefix
+    cache_key: str = ""  # names this shard's cache (memo key and file suffix)
+
+
+def _buffer(ep: Epoch, pre_shuffled: bool) -> int:
+    size = ep.shuffle_buffer or (1 if pre_shuffled else AUTO_SHUFFLE_BUFFER)
+    return max(1, min(size, ep.records))
+
+
+def _decoded(ds, decode, decode_batch, threads: int, batch_size: int):
+    """Records -> batches of (x, y): vectorized per batch when the source can."""
+    if decode_batch is not None:
+        return ds.batch(batch_size, drop_remainder=True).map(
+            decode_batch, num_parallel_calls=_autotune(threads))
+    return ds.map(decode, num_parallel_calls=_autotune(threads)).batch(
+        batch_size, drop_remainder=True)
+
+
+def _cached(records_fn, decode, decode_batch, ep: Epoch, memo: dict):
+    if ep.cache_key in memo:
+        return memo[ep.cache_key]
+    ds = records_fn(False)
+    if decode_batch is not None:
+        ds = ds.batch(256).map(decode_batch, num_parallel_calls=_autotune(ep.threads)).unbatch()
+    else:
+        ds = ds.map(decode, num_parallel_calls=_autotune(ep.threads))
+    ds = ds.cache("" if ep.cache == "memory" else f"{ep.cache}.{ep.cache_key}")
+    # The in-memory cache lives in this dataset object: reuse it across epochs. Only
+    # eagerly - a dataset made inside a graph cannot outlive that graph.
+    if tf.executing_eagerly():
+        memo[ep.cache_key] = ds
+    return ds
+
+
+def train_batches(records_fn, decode, ep: Epoch, memo: dict, pre_shuffled: bool = False,
+                  decode_batch=None) -> tf.data.Dataset:
+    """records_fn(shuffled) -> this worker's records (in a per-epoch order if shuffled);
+    decode: record -> (x, y); decode_batch (optional): records [B] -> batched (x, y).
+    Yields exactly ep.steps batches."""
+    if ep.cache:
+        # tf.data drops a cache that was read only in part; a buffer reaching past the
+        # records this epoch leaves unused makes the first epoch read to the end.
+        buffer = max(_buffer(ep, False), ep.records - ep.steps * ep.batch_size + 1)
+        ds = _cached(records_fn, decode, decode_batch, ep, memo).shuffle(buffer, seed=ep.seed)
+        ds = ds.batch(ep.batch_size, drop_remainder=True)
+    else:
+        ds = records_fn(True)
+        buffer = _buffer(ep, pre_shuffled)
+        if buffer > 1:
+            ds = ds.shuffle(buffer, seed=ep.seed)
+        ds = _decoded(ds, decode, decode_batch, ep.threads, ep.batch_size)
+    ds = ds.take(ep.steps)
+    return ds.with_options(dataset_options(ep.threads)).prefetch(_autotune(ep.threads))
+
+
+def eval_batches(records: tf.data.Dataset, decode, batch_size: int,
+                 decode_batch=None) -> tf.data.Dataset:
+    if decode_batch is not None:
+        ds = records.batch(batch_size).map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+    return ds.with_options(dataset_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def make_epoch(data_config, num_examples: int, shard, batch_size: int, seed: int, epoch: int,
+               threads: int, records: int, cache_key: str) -> Epoch:
+    """The Epoch for a source's train_dataset call (seed mixed with epoch and shard)."""
+    return Epoch(steps=sharding.steps_per_epoch(num_examples, batch_size, shard.count),
+                 batch_size=batch_size, records=records,
+                 seed=sharding.epoch_seed(seed, epoch, shard.index), threads=threads,
+                 shuffle_buffer=data_config.shuffle_buffer, cache=data_config.cache,
+                 cache_key=cache_key)

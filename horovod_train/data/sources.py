@@ -1,4 +1,4 @@
-"""In-memory data sources: the bundled digits set and synthetic data."""
+"""In-memory data sources: the bundled digits set and synthetic data of any shape."""
 import dataclasses
 
 import numpy as np
@@ -49,11 +49,62 @@ def load_digits(data_config) -> ArrayData:
     return ArrayData(x[train], y[train], x[test], y[test], num_classes=10)
 
 
-def load_synthetic(data_config, num_examples=4096, shape=(8, 8, 1), num_classes=10) -> ArrayData:
-    """Random inputs with random labels: for throughput, never for accuracy."""
-    del data_config
+# Synthetic data keeps at most this many bytes of distinct examples in memory; larger
+# sets (e.g. --synthetic_shape=224,224,3) reuse the pool cyclically, which is what a
+# throughput benchmark needs: real-sized tensors without gigabytes of RAM.
+SYNTHETIC_POOL_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PooledData:
+    """Synthetic examples: example g is pool[g % len(pool)] with label labels[g]; the
+    first num_test examples are the eval set. Sharded by global batch like ArrayData."""
+    pool: np.ndarray
+    labels: np.ndarray
+    num_test: int
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple:
+        return tuple(self.pool.shape[1:])
+
+    @property
+    def num_train_examples(self) -> int:
+        return len(self.labels) - self.num_test
+
+    def _examples(self, global_ids):
+        import tensorflow as tf
+        pool, labels = tf.constant(self.pool), tf.constant(self.labels)
+        return lambda i: (tf.gather(pool, (i + global_ids) % len(self.pool)),
+                          tf.gather(labels, i + global_ids))
+
+    def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
+        import tensorflow as tf
+        from horovod_train.data import pipeline, sharding
+        idx = sharding.train_indices(self.num_train_examples, shard, batch_size, seed, epoch)
+        ds = tf.data.Dataset.from_tensor_slices(idx).batch(batch_size, drop_remainder=True)
+        ds = ds.map(self._examples(self.num_test), num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.with_options(pipeline.dataset_options(threads)).prefetch(tf.data.AUTOTUNE)
+
+    def eval_dataset(self, shard, batch_size):
+        import tensorflow as tf
+        from horovod_train.data import pipeline, sharding
+        idx = sharding.eval_indices(self.num_test, shard)
+        ds = tf.data.Dataset.from_tensor_slices(idx).batch(batch_size)
+        ds = ds.map(self._examples(0), num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.with_options(pipeline.dataset_options()).prefetch(tf.data.AUTOTUNE)
+
+
+def load_synthetic(data_config, num_classes=10) -> PooledData:
+    """Random inputs with random labels, any shape: for throughput, never for accuracy.
+
+    With the default 4096 examples of 8x8x1 the pool holds every example, drawn exactly
+    as before (same generator, same order), so small runs are unchanged."""
+    shape = tuple(data_config.synthetic_shape)
+    num_examples = data_config.synthetic_examples
+    example_bytes = 4 * int(np.prod(shape))
+    pool_size = max(1, min(num_examples, SYNTHETIC_POOL_BYTES // example_bytes))
     rng = np.random.default_rng(1234)
-    x = rng.standard_normal((num_examples, *shape), dtype=np.float32)
-    y = rng.integers(0, num_classes, num_examples, dtype=np.int32)
-    split = num_examples // 8
-    return ArrayData(x[split:], y[split:], x[:split], y[:split], num_classes)
+    pool = rng.standard_normal((pool_size, *shape), dtype=np.float32)
+    labels = rng.integers(0, num_classes, num_examples, dtype=np.int32)
+    return PooledData(pool, labels, num_test=num_examples // 8, num_classes=num_classes)

@@ -1,0 +1,55 @@
+"""Validation of the data options in DataConfig. TF-free.
+
+Lives next to the sources (not in config.py) so the rules sit with the code that
+relies on them; DataConfig.__post_init__ calls validate() so a bad value fails
+before TensorFlow is imported.
+"""
+import os
+
+from horovod_train.errors import usage_error
+
+NEEDS_DATA_DIR = ("tfrecord", "lmdb")
+
+
+def parse_shape(value) -> tuple:
+    """(224, 224, 3), [224, 224, 3], ["224", "224", "3"] or "224,224,3" -> (224, 224, 3)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        shape = tuple(int(str(v).strip()) for v in items)
+    except ValueError:
+        shape = ()
+    if not shape or any(d <= 0 for d in shape):
+        raise usage_error("--synthetic_shape", value, "comma-separated positive sizes",
+                          "pass e.g. --synthetic_shape=224,224,3")
+    return shape
+
+
+def _check_cache(cache: str) -> None:
+    if cache in ("", "memory"):
+        return
+    parent = os.path.dirname(os.path.abspath(cache))
+    if not os.path.isdir(parent):
+        raise usage_error("--cache", cache, "'memory', or a file prefix in an existing directory",
+                          f"create {parent} or pass --cache=memory")
+
+
+def validate(dc) -> None:
+    """Raises UsageError for the first bad data option of DataConfig `dc`."""
+    if dc.dataset in NEEDS_DATA_DIR and not dc.data_dir:
+        raise usage_error("--data_dir", dc.data_dir, f"the directory of the {dc.dataset} dataset",
+                          "pass --data_dir=DIR (write one with `python -m horovod_train.data "
+                          "convert`)")
+    if dc.dataset == "tfds" and not dc.tfds_name:
+        raise usage_error("--tfds_name", dc.tfds_name, "a TFDS builder name such as mnist",
+                          "pass --tfds_name=NAME (and --data_dir=DIR holding the prepared data)")
+    if dc.shuffle_buffer < 0:
+        raise usage_error("--shuffle_buffer", dc.shuffle_buffer, "0 (automatic) or a positive size",
+                          "pass --shuffle_buffer=0")
+    if dc.synthetic_examples < 16:
+        raise usage_error("--synthetic_examples", dc.synthetic_examples,
+                          "at least 16 (an eighth is held out for evaluation)",
+                          "pass --synthetic_examples=4096")
+    for flag, split in (("--train_split", dc.train_split), ("--eval_split", dc.eval_split)):
+        if not split:
+            raise usage_error(flag, split, "a split name such as train or test", f"pass {flag}=NAME")
+    _check_cache(dc.cache)

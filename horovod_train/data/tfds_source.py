@@ -1,0 +1,119 @@
+"""TFDS datasets, read from an already prepared --data_dir (nothing is downloaded).
+
+Sharding follows the TFRecord rule with TFDS's own tools: file-level through
+ReadConfig(input_context=...) - TFDS then gives worker i the files i, i + n, ... - when
+there are at least as many files as workers and each worker's files hold a full
+epoch; otherwise record-level through split slicing (tfds.even_splits), which also
+works on sliced splits such as train[:90%].
+"""
+import dataclasses
+import re
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from horovod_train.data import decode, pipeline, sharding
+from horovod_train.errors import usage_error
+
+CYCLE_LENGTH = 16  # fixed (not AUTOTUNE) so the interleave order, hence a seed's order, is fixed
+PREPARE_FIX = ("prepare it where there is network access (tfds.builder(NAME).download_and_"
+               "prepare()), copy that data_dir here, and pass --data_dir=DIR")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TfdsSource:
+    builder: object  # tfds.core.DatasetBuilder
+    config: object  # the DataConfig
+    num_train_examples: int
+    input_shape: tuple
+    num_classes: int
+    _memo: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def _counts(self, split: str) -> list[int]:
+        """Examples per file instruction (a sliced split may read parts of files)."""
+        return [fi.take for fi in self.builder.info.splits[split].file_instructions]
+
+    def _read(self, split: str, plan, shard, shuffle_seed, threads: int) -> tf.data.Dataset:
+        context, split_arg = None, split
+        if plan.mode == "file":
+            context = tf.distribute.InputContext(num_input_pipelines=shard.count,
+                                                 input_pipeline_id=shard.index)
+        else:
+            split_arg = tfds.even_splits(split, n=shard.count)[shard.index]
+        read_config = tfds.ReadConfig(
+            input_context=context, shuffle_seed=shuffle_seed, try_autocache=False,
+            interleave_cycle_length=CYCLE_LENGTH,
+            num_parallel_calls_for_interleave_files=threads or tf.data.AUTOTUNE)
+        return self.builder.as_dataset(split=split_arg, shuffle_files=shuffle_seed is not None,
+                                       read_config=read_config, as_supervised=True)
+
+    def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
+        split = self.config.train_split
+        counts = self._counts(split)
+        plan = sharding.plan_train_read(counts, shard, batch_size,
+                                        dealt=sharding.round_robin(len(counts), shard.count))
+        key = f"tfds-{self.builder.name}-{split}-{plan.mode}-{shard.index}of{shard.count}"
+        ep = pipeline.make_epoch(self.config, self.num_train_examples, shard, batch_size, seed,
+                                 epoch, threads, plan.records, re.sub(r"[^\w.-]", "_", key))
+
+        def records(shuffled):
+            file_seed = sharding.epoch_seed(seed, epoch) if shuffled else None
+            return self._read(split, plan, shard, file_seed, threads)
+        return pipeline.train_batches(records, decode.standardize, ep, self._memo,
+                                       decode_batch=decode.standardize)
+
+    def eval_dataset(self, shard, batch_size):
+        split = self.config.eval_split
+        counts = self._counts(split)
+        plan = sharding.plan_eval_read(counts, shard,
+                                       dealt=sharding.round_robin(len(counts), shard.count))
+        return pipeline.eval_batches(self._read(split, plan, shard, None, 0), decode.standardize,
+                                     batch_size, decode.standardize)
+
+
+def _builder(name: str, data_dir: str | None):
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except Exception as err:  # TFDS raises several types for an unknown or broken name
+        raise usage_error("--tfds_name", name, "a TFDS dataset prepared in --data_dir",
+                          f"check the name ({type(err).__name__}: {str(err)[:160]}); "
+                          + PREPARE_FIX) from None
+    if not builder.is_prepared():
+        raise usage_error("--tfds_name", f"{name} (not prepared in {data_dir})",
+                          "a prepared dataset: nothing can be downloaded here", PREPARE_FIX)
+    return builder
+
+
+def _split_size(builder, split: str, flag: str) -> int:
+    try:
+        return builder.info.splits[split].num_examples
+    except Exception:  # unknown split names and malformed slices raise various types
+        listed = ", ".join(sorted(builder.info.splits))
+        raise usage_error(flag, split, f"a split of {builder.name} ({listed}), optionally "
+                          "sliced like train[:90%]", f"pass {flag}=<one of those>") from None
+
+
+def _shape_and_classes(builder) -> tuple[tuple, int]:
+    keys = builder.info.supervised_keys
+    if not keys or len(keys) != 2:
+        raise usage_error("--tfds_name", builder.name, "a dataset with (input, label) "
+                          "supervised_keys", "pick a supervised dataset")
+    x_feature, y_feature = builder.info.features[keys[0]], builder.info.features[keys[1]]
+    shape = tuple(x_feature.shape)
+    if not shape or any(d is None for d in shape):
+        raise usage_error("--tfds_name", f"{builder.name} input shape {shape}",
+                          "a fixed input shape (batching needs one)",
+                          "convert it with a fixed --image_size via python -m horovod_train.data")
+    num_classes = getattr(y_feature, "num_classes", None)
+    if not num_classes:
+        raise usage_error("--tfds_name", builder.name, "a ClassLabel label feature",
+                          "pick a classification dataset")
+    return shape, int(num_classes)
+
+
+def load(data_config) -> TfdsSource:
+    builder = _builder(data_config.tfds_name, data_config.data_dir)
+    num_train = _split_size(builder, data_config.train_split, "--train_split")
+    _split_size(builder, data_config.eval_split, "--eval_split")
+    shape, num_classes = _shape_and_classes(builder)
+    return TfdsSource(builder, data_config, num_train, shape, num_classes)
