@@ -35,6 +35,13 @@ def main(argv):
         loop.run(config)
     except UsageError as err:
         _fail(str(err))
+    except RuntimeError as err:
+        # A run that cannot go on (diverged): one line and a non-zero exit, no traceback.
+        from horovod_train.loop import TrainingDiverged
+        if not isinstance(err, TrainingDiverged):
+            raise
+        print(f"horovod_train: stopped: {err}", file=sys.stderr)
+        sys.exit(3)
 
 
 def run_main():

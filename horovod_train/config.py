@@ -12,6 +12,38 @@ from horovod_train.errors import check_choice, check_positive, usage_error
 BACKENDS = ("auto", "horovod", "mwms", "local")
 OPTIMIZERS = ("adam", "sgd")
 COLLECTIVES = ("auto", "ring", "nccl")
+PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
+COMPRESSIONS = ("none", "fp16", "bf16")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedConfig:
+    """The levers: precision, accumulation, recomputation, compression."""
+    precision: str = "fp32"
+    grad_accum_steps: int = 1  # micro-batches of --batch_size per optimizer step
+    gradient_checkpointing: bool = False
+    compression: str = "none"  # gradients on the wire
+    max_nonfinite_steps: int = 20  # consecutive skipped steps before the run gives up
+    inject_nonfinite: str = ""  # "STEP@RANK": poison that rank's gradients (fault tests)
+
+    def __post_init__(self):
+        check_choice("--precision", self.precision, PRECISIONS)
+        check_choice("--compression", self.compression, COMPRESSIONS)
+        if not isinstance(self.grad_accum_steps, int) or self.grad_accum_steps < 1:
+            raise usage_error("--grad_accum_steps", self.grad_accum_steps, "an integer >= 1",
+                              "pass --grad_accum_steps=1 (no accumulation) or more")
+        check_positive("--max_nonfinite_steps", self.max_nonfinite_steps)
+        if self.inject_nonfinite:
+            self.injection()  # validates
+
+    def injection(self) -> tuple | None:
+        if not self.inject_nonfinite:
+            return None
+        step, _, rank = self.inject_nonfinite.partition("@")
+        if not (step.isdigit() and rank.isdigit()):
+            raise usage_error("--inject_nonfinite", self.inject_nonfinite, "STEP@RANK, e.g. 5@1",
+                              "pass --inject_nonfinite=5@1 or leave it empty")
+        return int(step), int(rank)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +122,9 @@ class RuntimeConfig:
     collective: str = "auto"  # mwms: CommunicationImplementation
     collective_timeout_s: float = 300.0  # bounds a stuck collective / missing peer
     mwms_port_base: int = 23456  # mwms worker i listens on base + its local rank
+    fusion_threshold_mb: float = 0.0  # horovod: 0 = Horovod's default (128 MiB)
+    cycle_time_ms: float = 0.0  # horovod: 0 = Horovod's default, or 5 on shared CPU cores
+    hierarchical_allreduce: bool = False  # horovod: intra-node then inter-node
 
     def __post_init__(self):
         check_choice("--backend", self.backend, BACKENDS)
@@ -111,6 +146,7 @@ class RunConfig:
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
     runtime: RuntimeConfig = RuntimeConfig()
+    speed: SpeedConfig = SpeedConfig()
     summary_json: str | None = None
     export_weights: str | None = None  # .npz of the final model weights (chief only)
 

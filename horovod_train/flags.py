@@ -59,6 +59,24 @@ def define_flags():
     f.DEFINE_integer("inter_op_threads", _D.runtime.inter_op_threads,
                      "TF inter-op threads per rank; 0 = automatic.")
     f.DEFINE_boolean("deterministic", _D.runtime.deterministic, "Enable TF op determinism.")
+    # Speed levers.
+    f.DEFINE_string("precision", _D.speed.precision, "fp32, mixed_float16 or mixed_bfloat16.")
+    f.DEFINE_integer("grad_accum_steps", _D.speed.grad_accum_steps,
+                     "Micro-batches of --batch_size per optimizer step (one allreduce per step).")
+    f.DEFINE_boolean("gradient_checkpointing", _D.speed.gradient_checkpointing,
+                     "Recompute each model block's activations in the backward pass.")
+    f.DEFINE_string("compression", _D.speed.compression,
+                    "Gradients on the wire: none, fp16 or bf16.")
+    f.DEFINE_integer("max_nonfinite_steps", _D.speed.max_nonfinite_steps,
+                     "Stop after this many consecutive steps with non-finite gradients.")
+    f.DEFINE_string("inject_nonfinite", _D.speed.inject_nonfinite,
+                    "Fault injection: STEP@RANK makes that rank's gradients inf at that step.")
+    f.DEFINE_float("fusion_threshold_mb", _D.runtime.fusion_threshold_mb,
+                   "horovod: tensor fusion buffer (HOROVOD_FUSION_THRESHOLD); 0 = default.")
+    f.DEFINE_float("cycle_time_ms", _D.runtime.cycle_time_ms,
+                   "horovod: background cycle (HOROVOD_CYCLE_TIME); 0 = default.")
+    f.DEFINE_boolean("hierarchical_allreduce", _D.runtime.hierarchical_allreduce,
+                     "horovod: HOROVOD_HIERARCHICAL_ALLREDUCE (intra-node, then across nodes).")
     f.DEFINE_string("collective", _D.runtime.collective,
                     "mwms collectives: auto, ring (gRPC, CPUs) or nccl (GPUs).")
     f.DEFINE_float("collective_timeout_s", _D.runtime.collective_timeout_s,
@@ -93,7 +111,15 @@ def config_from_flags(fv) -> cfg.RunConfig:
                                   deterministic=fv.deterministic,
                                   collective=fv.collective,
                                   collective_timeout_s=fv.collective_timeout_s,
-                                  mwms_port_base=fv.mwms_port_base),
+                                  mwms_port_base=fv.mwms_port_base,
+                                  fusion_threshold_mb=fv.fusion_threshold_mb,
+                                  cycle_time_ms=fv.cycle_time_ms,
+                                  hierarchical_allreduce=fv.hierarchical_allreduce),
+        speed=cfg.SpeedConfig(precision=fv.precision, grad_accum_steps=fv.grad_accum_steps,
+                              gradient_checkpointing=fv.gradient_checkpointing,
+                              compression=fv.compression,
+                              max_nonfinite_steps=fv.max_nonfinite_steps,
+                              inject_nonfinite=fv.inject_nonfinite),
         summary_json=fv.summary_json,
         export_weights=fv.export_weights,
     )

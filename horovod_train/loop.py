@@ -41,13 +41,23 @@ def make_optimizer(optim, world_size: int, steps_per_epoch: int):
     return keras.optimizers.Adam(schedule)
 
 
+class TrainingDiverged(RuntimeError):
+    """Gradients stayed non-finite for --max_nonfinite_steps consecutive steps."""
+
+
+def step_batch(config) -> int:
+    """Examples per rank per optimizer step: k micro-batches of --batch_size."""
+    return config.data.batch_size * config.speed.grad_accum_steps
+
+
 def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
-    per_epoch = sharding.steps_per_epoch(num_examples, config.data.batch_size, world_size)
+    per_epoch = sharding.steps_per_epoch(num_examples, step_batch(config), world_size)
     if per_epoch == 0:
+        k = config.speed.grad_accum_steps
         raise UsageError(
-            f"--batch_size: received {config.data.batch_size}; with {world_size} ranks the global "
-            f"batch exceeds the {num_examples} training examples. Fix: pass --batch_size="
-            f"{max(1, num_examples // (4 * world_size))} or fewer")
+            f"--batch_size: received {config.data.batch_size} (x{k} accumulation); with "
+            f"{world_size} ranks one optimizer step exceeds the {num_examples} training examples. "
+            f"Fix: pass --batch_size={max(1, num_examples // (4 * world_size * k))} or fewer")
     total = per_epoch * config.train.epochs
     if config.train.max_steps:
         total = min(total, config.train.max_steps)
@@ -55,9 +65,12 @@ def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
 
 
 def _build(config, backend, data, steps_per_epoch):
+    from horovod_train import precision
+    precision.set_policy(config.speed.precision)
     with backend.scope():
         model = models.get_model(config.model, input_shape=data.input_shape,
-                                 num_classes=data.num_classes)
+                                 num_classes=data.num_classes,
+                                 gradient_checkpointing=config.speed.gradient_checkpointing)
         optimizer = make_optimizer(config.optim, backend.info.size, steps_per_epoch)
         optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
@@ -69,10 +82,16 @@ class _Trainer:
     """Holds the per-run state of the epoch loop so its helpers stay short."""
 
     def __init__(self, config, backend, data, model, optimizer, per_epoch, total):
-        from horovod_train.step import TrainStep
+        from horovod_train.step import StepOptions, TrainStep
         self.config, self.backend, self.data = config, backend, data
         self.model, self.per_epoch, self.total = model, per_epoch, total
-        self.step = TrainStep(model, optimizer, backend)
+        speed = config.speed
+        self.step = TrainStep(model, optimizer, backend, StepOptions(
+            accum_steps=speed.grad_accum_steps, loss_scaling=speed.precision == "mixed_float16",
+            inject_nonfinite=speed.injection()))
+        self.skipped_steps = 0
+        self.nonfinite_run = 0  # consecutive skipped steps
+        self.collectives_per_step = None
         self.global_step = 0
         self.loss_history = []  # (step, loss averaged over ranks) per interval
         self.accuracy_history = []
@@ -91,7 +110,7 @@ class _Trainer:
         cfg = self.config
 
         def all_epochs(shard):
-            per_epoch = [self.data.train_dataset(shard, cfg.data.batch_size, cfg.runtime.seed,
+            per_epoch = [self.data.train_dataset(shard, step_batch(cfg), cfg.runtime.seed,
                                                  epoch, cfg.data.data_threads)
                          .take(self.per_epoch) for epoch in range(epochs)]
             dataset = per_epoch[0]
@@ -105,22 +124,43 @@ class _Trainer:
         t0 = time.perf_counter()
         x, y = next(batch_iter)
         t1 = time.perf_counter()
+        poison = self.step.poison(self.global_step + 1, self.backend.info.rank)
         if self.backend.supports_split_step and \
                 (self.global_step + 1) % self.config.train.log_every == 0:
-            loss, parts = self.step.timed(x, y)
+            loss, finite, parts = self.step.timed(x, y, poison)
             # The first timed call traces three functions: its split says nothing.
             if self.timed_calls > 0:
                 self.last_parts = parts
             self.timed_calls += 1
         else:
-            loss = float(self.backend.run_step(self.step.fused, x, y))
+            loss, finite = (float(v) for v in self.backend.run_step(self.step.fused, x, y, poison))
         t2 = time.perf_counter()
-        batch = self.config.data.batch_size
+        batch = step_batch(self.config)
         self.meter.add(batch, t1 - t0, t2 - t1, loss)
         if self.global_step > 0:
             self.train_seconds += t2 - t0
             self.train_samples += batch
+        else:
+            self.collectives_per_step = self.step.collective_ops_per_step(x, y)
         self.global_step += 1
+        self._check_finite(finite > 0.5)
+
+    def _check_finite(self, finite: bool):
+        """Every rank holds the same verdict (agreed in the step), so all stop together."""
+        if finite:
+            self.nonfinite_run = 0
+            return
+        self.skipped_steps += 1
+        self.nonfinite_run += 1
+        logging.warning("step %d: non-finite gradients; step skipped on every rank "
+                        "(loss scale now %g)", self.global_step,
+                        float(self.step.loss_scale.scale.numpy()))
+        if self.nonfinite_run >= self.config.speed.max_nonfinite_steps:
+            raise TrainingDiverged(
+                f"training diverged: gradients were non-finite for {self.nonfinite_run} "
+                f"consecutive steps (--max_nonfinite_steps) up to step {self.global_step}. "
+                f"Fix: lower --learning_rate, use --precision=mixed_bfloat16 or fp32, or "
+                f"add --warmup_epochs")
 
     def _log_interval(self):
         m, self.meter = self.meter, metrics.IntervalMeter()
@@ -173,7 +213,14 @@ def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
         "backend": backend_name,
         "model": config.model,
         "dataset": config.data.dataset,
-        "global_batch": config.data.batch_size * backend.info.size,
+        "global_batch": step_batch(config) * backend.info.size,
+        "precision": config.speed.precision,
+        "grad_accum_steps": config.speed.grad_accum_steps,
+        "compression": config.speed.compression,
+        "skipped_steps": trainer.skipped_steps,
+        "loss_scale": float(trainer.step.loss_scale.scale.numpy()),
+        "collective_ops_per_step": trainer.collectives_per_step,
+        "wire_bytes_per_step": backend.wire_bytes_per_step,
         "steps": trainer.global_step,
         "epochs": trainer.global_step / trainer.per_epoch,
         "final_loss": trainer.loss_history[-1][1] if trainer.loss_history else None,
@@ -196,7 +243,10 @@ def run(config) -> dict:
     rt = config.runtime
     backend = backends.create(backend_name, collective=rt.collective,  # UsageError: before TF runs
                               collective_timeout_s=rt.collective_timeout_s,
-                              port_base=rt.mwms_port_base)
+                              port_base=rt.mwms_port_base, compression=config.speed.compression,
+                              fusion_threshold_mb=rt.fusion_threshold_mb or None,
+                              cycle_time_ms=rt.cycle_time_ms or None,
+                              hierarchical_allreduce=rt.hierarchical_allreduce)
     intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)

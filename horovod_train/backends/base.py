@@ -49,12 +49,31 @@ class Backend(abc.ABC):
         """Averages gradients over ranks (called inside the compiled step)."""
         return grads
 
-    def apply_gradients(self, optimizer, grads, variables):
-        """Applies already-reduced gradients (called inside the compiled step)."""
-        optimizer.apply_gradients(zip(grads, variables))
+    def apply_gradients(self, optimizer, grads, variables, finite):
+        """Applies reduced gradients if `finite` (an agreed bool tensor), else skips the
+        step; called inside the compiled step."""
+        import tensorflow as tf
+
+        def apply():
+            optimizer.apply_gradients(zip(grads, variables))
+            return tf.no_op()
+        tf.cond(finite, apply, tf.no_op)
 
     # False where the step can only run inside the backend's own run_step (mwms).
     supports_split_step = True
+    # Graph op types that move data between ranks (for counting them per step).
+    collective_op_types = frozenset()
+
+    def agree_all_finite(self, finite):
+        """Every rank's verdict on its gradients -> one verdict for all (in-graph).
+
+        Where gradients were reduced before the check, every rank already holds the
+        same values and so the same verdict; backends that reduce later override."""
+        return finite
+
+    def step_graph_def(self, step_fn, *args):
+        """The GraphDef one call of step_fn runs (for inspection and tests)."""
+        return step_fn.get_concrete_function(*args).graph.as_graph_def()
 
     def allreduce_mean(self, value):
         """Averages a tensor over ranks, eagerly (metrics and collective decisions)."""

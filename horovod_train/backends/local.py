@@ -7,6 +7,7 @@ class LocalBackend(Backend):
 
     def __init__(self, **_options):
         super().__init__()
+        self.wire_bytes_per_step = 0  # nothing leaves the process
 
     def setup(self) -> ProcessInfo:
         self.info = ProcessInfo()

@@ -30,9 +30,15 @@ IMPLEMENTATIONS = {
 class MwmsBackend(Backend):
     name = "mwms"
     supports_split_step = False  # every part must run inside strategy.run
+    collective_op_types = frozenset({"CollectiveReduce", "CollectiveReduceV2",
+                                     "CollectiveReduceV3", "CollectiveGather",
+                                     "CollectiveGatherV2"})
 
-    def __init__(self, collective="auto", collective_timeout_s=300.0, port_base=23456, **_options):
+    def __init__(self, collective="auto", collective_timeout_s=300.0, port_base=23456,
+                 compression="none", **_options):
         super().__init__()
+        self.compression = compression
+        self.wire_bytes_per_step = 0
         self.collective = collective
         self.timeout_s = collective_timeout_s
         self.port_base = port_base
@@ -59,18 +65,51 @@ class MwmsBackend(Backend):
             return dataset_fn(ShardInfo(ctx.input_pipeline_id, ctx.num_input_pipelines))
         return self.strategy.distribute_datasets_from_function(fn)
 
-    def run_step(self, step_fn, *args):
+    def _run_compiled(self, step_fn):
         # strategy.run inside a tf.function: one graph per step instead of eager dispatch.
         if step_fn not in self._compiled:
             self._compiled[step_fn] = tf.function(
                 lambda *a: self.strategy.run(step_fn, args=a))
-        per_replica = self._compiled[step_fn](*args)
-        return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+        return self._compiled[step_fn]
+
+    def run_step(self, step_fn, *args):
+        per_replica = self._run_compiled(step_fn)(*args)
+        return tf.nest.map_structure(
+            lambda v: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), per_replica)
+
+    def step_graph_def(self, step_fn, *args):
+        return self._run_compiled(step_fn).get_concrete_function(*args).graph.as_graph_def()
 
     def allreduce_gradients(self, grads):
-        # The optimizer SUMs over replicas as it applies (see the module docstring).
+        # The optimizer SUMs over replicas as it applies (see the module docstring);
+        # compression casts what it will sum.
         scale = 1.0 / self.strategy.num_replicas_in_sync
-        return [g * tf.cast(scale, g.dtype) for g in grads]
+        self.wire_bytes_per_step = sum(g.shape.num_elements() * self.wire_dtype(g).size
+                                       for g in grads)
+        return [tf.cast(g * tf.cast(scale, g.dtype), self.wire_dtype(g)) for g in grads]
+
+    def wire_dtype(self, g):
+        return {"none": g.dtype, "fp16": tf.float16, "bf16": tf.bfloat16}[self.compression]
+
+    def apply_gradients(self, optimizer, grads, variables, finite):
+        # The optimizer's update goes through merge_call, which may not sit inside a
+        # cond branch in replica context: take the cond to cross-replica context and
+        # re-enter each replica to apply (the shape Keras's LossScaleOptimizer uses).
+        def cross_replica(strategy, grads, finite):
+            def apply():
+                strategy.extended.call_for_each_replica(
+                    lambda g: optimizer.apply_gradients(zip(g, variables)), args=(grads,))
+                return tf.no_op()
+            local_finite = strategy.experimental_local_results(finite)[0]
+            tf.cond(local_finite, apply, tf.no_op)
+        tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, finite))
+
+    def agree_all_finite(self, finite):
+        # Gradients are not reduced yet when the step checks them (Keras reduces inside
+        # apply), so the ranks' local verdicts are combined: any non-finite -> all skip.
+        bad = tf.cast(tf.logical_not(finite), tf.float32)
+        total_bad = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, bad)
+        return total_bad == 0.0
 
     def _replica_all_reduce(self, op, value):
         """All-reduce of one tensor from outside any step (metrics, broadcast)."""
@@ -78,7 +117,7 @@ class MwmsBackend(Backend):
             # A compiled identity step turns the tensor into a per-replica value;
             # strategy.reduce then runs the cross-worker collective.
             self._compiled["per_replica"] = tf.function(
-                lambda v: self.strategy.run(tf.identity, args=(v,)))
+                lambda v: self.strategy.run(tf.identity, args=(v,)), reduce_retracing=True)
         return self.strategy.reduce(op, self._compiled["per_replica"](value), axis=None)
 
     def allreduce_mean(self, value):

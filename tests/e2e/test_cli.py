@@ -61,3 +61,22 @@ def test_flagfile_and_single_process_run(tmp_path):
     summary = json.loads(out.read_text())
     assert summary["steps"] == 12 and summary["config"]["model"] == "digits_mlp"
     assert "train | step 12/12 | loss" in proc.stderr
+
+
+def test_persistently_nonfinite_run_stops_with_a_message(tmp_path):
+    # A learning rate that blows the weights up: every step's gradients are non-finite.
+    proc = run_cli(TRAIN + ["--backend=local", "--learning_rate=1e38", "--optimizer=sgd",
+                            "--max_nonfinite_steps=3", "--max_steps=50", "--eval_every_epochs=0"],
+                   timeout=300)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "--max_nonfinite_steps" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--grad_accum_steps=0"], "--grad_accum_steps"),
+    (["--precision=fp8"], "mixed_bfloat16"),
+    (["--compression=int4"], "bf16"),
+])
+def test_lever_values_are_checked(args, fragment):
+    proc = run_cli(TRAIN + args, timeout=120)
+    assert proc.returncode == 2 and fragment in proc.stderr

@@ -11,10 +11,13 @@ import models  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import loop  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
-from horovod_train.step import TrainStep  # noqa: E402
+from horovod_train.step import StepOptions, TrainStep  # noqa: E402
 
 
-def _setup(seed=0):
+NO = tf.constant(False)
+
+
+def _setup(seed=0, options=StepOptions(), batch=16):
     keras.utils.set_random_seed(seed)
     backend = LocalBackend()
     backend.setup()
@@ -22,27 +25,70 @@ def _setup(seed=0):
     optimizer = keras.optimizers.SGD(0.1)
     optimizer.build(model.trainable_variables)
     rng = np.random.default_rng(seed)
-    x = rng.random((16, 8, 8, 1), dtype=np.float32)
-    y = rng.integers(0, 10, 16).astype(np.int32)
-    return TrainStep(model, optimizer, backend), model, x, y
+    x = rng.random((batch, 8, 8, 1), dtype=np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int32)
+    return TrainStep(model, optimizer, backend, options), model, x, y
+
+
+def _assert_same_weights(model_a, model_b, rtol=1e-6, atol=1e-7):
+    for a, b in zip(model_a.weights, model_b.weights):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
 
 
 def test_fused_and_timed_steps_make_the_same_update():
     step_a, model_a, x, y = _setup()
     step_b, model_b, _, _ = _setup()
-    loss_a = float(step_a.fused(x, y))
-    loss_b, parts = step_b.timed(x, y)
-    assert loss_a == pytest.approx(loss_b, rel=1e-6)
+    loss_a, finite_a = step_a.fused(x, y, NO)
+    loss_b, finite_b, parts = step_b.timed(x, y, NO)
+    assert float(loss_a) == pytest.approx(loss_b, rel=1e-6) and float(finite_a) == finite_b == 1.0
     assert set(parts) == {"compute", "comm", "optimizer"} and all(v >= 0 for v in parts.values())
-    for a, b in zip(model_a.weights, model_b.weights):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    _assert_same_weights(model_a, model_b)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_k_micro_batches_equal_one_batch_of_k_times_b(k):
+    """Accumulation: k micro-batches of 8 give the update of one batch of 8k."""
+    plain, model_a, x, y = _setup(batch=8 * k)
+    accum, model_b, _, _ = _setup(options=StepOptions(accum_steps=k), batch=8 * k)
+    for _ in range(3):
+        loss_a, _ = plain.fused(x, y, NO)
+        loss_b, _ = accum.fused(x, y, NO)
+        assert float(loss_a) == pytest.approx(float(loss_b), rel=1e-5)
+    _assert_same_weights(model_a, model_b, rtol=1e-5, atol=1e-6)
+    moved = max(float(np.max(np.abs(np.asarray(w)))) for w in model_b.weights)
+    assert moved > 0  # weights are real numbers, the comparison is not of zeros
+
+
+def test_nonfinite_gradients_skip_the_step_and_halve_the_scale():
+    step, model, x, y = _setup(options=StepOptions(loss_scaling=True, inject_nonfinite=(1, 0)))
+    before = [np.asarray(w).copy() for w in model.weights]
+    scale = float(step.loss_scale.scale.numpy())
+    _, finite = step.fused(x, y, step.poison(1, 0))
+    assert float(finite) == 0.0
+    assert float(step.loss_scale.scale.numpy()) == scale / 2
+    for b, w in zip(before, model.weights):
+        np.testing.assert_array_equal(b, np.asarray(w))  # skipped: nothing moved
+    _, finite = step.fused(x, y, step.poison(2, 0))
+    assert float(finite) == 1.0
+    assert any(not np.array_equal(b, np.asarray(w)) for b, w in zip(before, model.weights))
+
+
+def test_loss_scale_grows_after_interval_and_never_drops_below_one():
+    from horovod_train.precision import DynamicLossScale
+    scale = DynamicLossScale(True, initial=4.0, growth_interval=3)
+    for _ in range(3):
+        scale.update(tf.constant(True))
+    assert float(scale.scale.numpy()) == 8.0 and int(scale.good_steps.numpy()) == 0
+    for _ in range(10):
+        scale.update(tf.constant(False))
+    assert float(scale.scale.numpy()) == 1.0
 
 
 def test_steps_on_one_batch_drive_its_loss_down():
     step, _, x, y = _setup()
-    first = float(step.fused(x, y))
+    first = float(step.fused(x, y, NO)[0])
     for _ in range(150):
-        last = float(step.fused(x, y))
+        last = float(step.fused(x, y, NO)[0])
     assert last < 0.5 * first
 
 
