@@ -121,7 +121,7 @@ class RuntimeConfig:
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
     collective: str = "auto"  # mwms: CommunicationImplementation
     collective_timeout_s: float = 300.0  # bounds a stuck collective / missing peer
-    mwms_port_base: int = 23456  # mwms worker i listens on base + its local rank
+    mwms_port_base: int = 12345  # mwms worker i listens on base + its local rank (as launch/)
     fusion_threshold_mb: float = 0.0  # horovod: 0 = Horovod's default (128 MiB)
     cycle_time_ms: float = 0.0  # horovod: 0 = Horovod's default, or 5 on shared CPU cores
     hierarchical_allreduce: bool = False  # horovod: intra-node then inter-node
@@ -132,7 +132,7 @@ class RuntimeConfig:
         check_positive("--collective_timeout_s", self.collective_timeout_s)
         if not 1024 <= self.mwms_port_base <= 65000:
             raise usage_error("--mwms_port_base", self.mwms_port_base, "a port in 1024..65000",
-                              "pass --mwms_port_base=23456")
+                              "pass --mwms_port_base=12345")
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
                 raise usage_error(f"--{name}", getattr(self, name), "0 (automatic) or a positive count",

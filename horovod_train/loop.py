@@ -4,6 +4,7 @@ Every decision that ends or shapes the loop (steps per epoch, when to log, when 
 sample timings, when to evaluate) is a function of the config and the data size,
 which every rank knows identically, so collectives always line up across ranks.
 """
+import os
 import time
 
 import keras
@@ -239,7 +240,7 @@ def run(config) -> dict:
     """Trains per `config` on this process's rank; returns the run summary."""
     wall_start = time.perf_counter()
     launch = env.launch_info()
-    backend_name = backends.resolve(config.runtime.backend, launch)
+    backend_name = backends.resolve(config.runtime.backend, launch, os.environ)
     rt = config.runtime
     backend = backends.create(backend_name, collective=rt.collective,  # UsageError: before TF runs
                               collective_timeout_s=rt.collective_timeout_s,

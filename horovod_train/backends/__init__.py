@@ -16,10 +16,17 @@ def available_backends() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def resolve(name: str, launch: LaunchInfo) -> str:
+def resolve(name: str, launch: LaunchInfo, environ=None) -> str:
     """Turns 'auto' into a concrete backend from how this process was launched."""
+    import os
+    from horovod_train.env import MWMS_PORT_BASE
+    environ = os.environ if environ is None else environ
     if name != "auto":
         return name
+    # `python -m launch --backend mwms` starts ranks with mpirun and exports the mwms
+    # port base for them: that, not the MPI launcher, says which backend was meant.
+    if launch.is_distributed_launch and MWMS_PORT_BASE in environ:
+        return "mwms"
     if launch.is_distributed_launch:
         return "horovod"
     if launch.launcher == "tf_config" and "mwms" in _FACTORIES:

@@ -34,7 +34,7 @@ class MwmsBackend(Backend):
                                      "CollectiveReduceV3", "CollectiveGather",
                                      "CollectiveGatherV2"})
 
-    def __init__(self, collective="auto", collective_timeout_s=300.0, port_base=23456,
+    def __init__(self, collective="auto", collective_timeout_s=300.0, port_base=12345,
                  compression="none", **_options):
         super().__init__()
         self.compression = compression

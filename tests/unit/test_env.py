@@ -45,3 +45,15 @@ def test_bad_integer_names_the_variable():
                                                          (2, 16, 8), (3, 16, 5)])
 def test_threads_split_cores_between_local_ranks(local_size, cores, expected):
     assert env.default_intra_op_threads(local_size, cores) == expected
+
+
+def test_auto_backend_follows_the_launch():
+    from horovod_train import backends
+    mpi = env.launch_info({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
+    tfc = env.launch_info({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]},
+                                                     "task": {"type": "worker", "index": 0}})})
+    assert backends.resolve("auto", mpi, {}) == "horovod"
+    assert backends.resolve("auto", mpi, {"HOROVOD_TRAIN_MWMS_PORT_BASE": "12345"}) == "mwms"
+    assert backends.resolve("auto", tfc, {}) == "mwms"
+    assert backends.resolve("auto", env.launch_info({}), {}) == "local"
+    assert backends.resolve("horovod", tfc, {}) == "horovod"
