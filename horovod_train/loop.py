@@ -96,6 +96,7 @@ class _Trainer:
         self.global_step = 0
         self.loss_history = []  # (step, loss averaged over ranks) per interval
         self.accuracy_history = []
+        self.eval_loss_history = []
         self.train_seconds = 0.0  # excluding the first (tracing) step
         self.train_samples = 0
         self.meter = metrics.IntervalMeter()
@@ -180,10 +181,11 @@ class _Trainer:
         # counts are summed over ranks afterwards.
         info = self.backend.info
         ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
-        accuracy, count = evaluate(self.model, ds, self.backend)
+        accuracy, loss, count = evaluate(self.model, ds, self.backend)
         self.accuracy_history.append((self.global_step, accuracy))
-        logging.info("eval  | %s | step %d | test accuracy %.4f on %d examples",
-                     label, self.global_step, accuracy, count)
+        self.eval_loss_history.append((self.global_step, loss))
+        logging.info("eval  | %s | step %d | test accuracy %.4f | test loss %.4f on %d predictions",
+                     label, self.global_step, accuracy, loss, count)
         return accuracy
 
     def train(self):
@@ -228,6 +230,8 @@ def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
         "loss_history": trainer.loss_history,
         "test_accuracy": accuracy,
         "accuracy_history": trainer.accuracy_history,
+        "test_loss": trainer.eval_loss_history[-1][1],
+        "eval_loss_history": trainer.eval_loss_history,
         "samples_per_sec": sum(per_rank),
         "samples_per_sec_per_rank": per_rank,
         "weight_digests": digests,

@@ -119,15 +119,22 @@ class TrainStep:
         return sum(1 for node in nodes if node.op in self.backend.collective_op_types)
 
 
-def evaluate(model, dataset, backend) -> tuple[float, int]:
-    """Accuracy over every rank's shard of the test set: (accuracy, examples)."""
+def evaluate(model, dataset, backend) -> tuple[float, float, int]:
+    """(accuracy, mean loss, predictions) over every rank's shard of the test set.
+
+    Counts are per predicted label, so a language model's tokens count one by one."""
     correct = total = 0
+    loss_sum = 0.0
     for x, y in dataset:
         logits = model(x, training=False)
+        y = tf.cast(y, tf.int32)
         pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        correct += int(tf.reduce_sum(tf.cast(pred == tf.cast(y, tf.int32), tf.int32)))
-        total += int(tf.shape(y)[0])
+        correct += int(tf.reduce_sum(tf.cast(pred == y, tf.int32)))
+        total += int(tf.size(y))
+        losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        loss_sum += float(tf.reduce_sum(tf.cast(losses, tf.float64)))
     # Sum over ranks via mean * size: the interface keeps one reduction op.
-    sums = backend.allreduce_mean(tf.constant([correct, total], tf.float64)) * backend.info.size
-    correct, total = (round(float(v)) for v in sums.numpy())
-    return correct / max(total, 1), total
+    sums = backend.allreduce_mean(tf.constant([correct, total, loss_sum], tf.float64))
+    correct, total, loss_sum = (float(v) * backend.info.size for v in sums.numpy())
+    total = round(total)
+    return round(correct) / max(total, 1), loss_sum / max(total, 1), total
