@@ -98,16 +98,17 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "runs", "bench", "levers.json"))
     parser.add_argument("--skip_ranks", action="store_true", help="skip the 2-rank part")
     args = parser.parse_args()
-    results = {"precision": precision_figures(), "memory": memory_figures()}
-    if not args.skip_ranks:
-        results["accumulation"] = accumulation_figures()
+    results = {"precision": precision_figures()}
     p = results["precision"]
     print(f"step throughput fp32 {p['samples_per_sec']['fp32']:.0f} samples/s, mixed_bfloat16 "
-          f"{p['samples_per_sec']['mixed_bfloat16']:.0f} samples/s: bf16/fp32 = {p['bf16_over_fp32']:.2f}")
-    m = results["memory"]
+          f"{p['samples_per_sec']['mixed_bfloat16']:.0f} samples/s: bf16/fp32 = {p['bf16_over_fp32']:.2f}",
+          flush=True)
+    results["memory"] = m = memory_figures()
     print(f"activation memory, 12-block decoder: plain {m['plain']['activation_mb']:.0f} MB, "
           f"checkpointed {m['checkpointing']['activation_mb']:.0f} MB: "
-          f"{100 * m['activation_saving']:.0f}% less")
+          f"{100 * m['activation_saving']:.0f}% less", flush=True)
+    if not args.skip_ranks:
+        results["accumulation"] = accumulation_figures()
     for k, row in results.get("accumulation", {}).items():
         print(f"k={k}: {row['collective_ops_per_step']} collective op(s) per step, "
               f"global batch {row['global_batch']}, {row['samples_per_sec']:.0f} samples/s")

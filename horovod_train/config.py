@@ -100,6 +100,9 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no cap; otherwise stop after this many optimizer steps
     log_every: int = 20
     eval_every_epochs: int = 1  # 0 = evaluate only at the end
+    checkpoint_dir: str | None = None
+    checkpoint_every: str = "1e"  # "N" steps or "Ne" epochs
+    keep_checkpoints: int = 3
 
     def __post_init__(self):
         check_positive("--epochs", self.epochs)
@@ -107,9 +110,21 @@ class TrainConfig:
         if self.max_steps < 0:
             raise usage_error("--max_steps", self.max_steps, "0 (no cap) or a positive step count",
                               "pass --max_steps=N with N > 0, or 0")
+        check_positive("--keep_checkpoints", self.keep_checkpoints)
+        self.checkpoint_interval(1)  # validates --checkpoint_every
         if self.eval_every_epochs < 0:
             raise usage_error("--eval_every_epochs", self.eval_every_epochs, "an integer >= 0",
                               "pass --eval_every_epochs=1")
+
+
+    def checkpoint_interval(self, steps_per_epoch: int) -> int:
+        """--checkpoint_every in optimizer steps ("500" or "2e" for every 2 epochs)."""
+        raw = str(self.checkpoint_every)
+        count = raw[:-1] if raw.endswith("e") else raw
+        if not count.isdigit() or int(count) < 1:
+            raise usage_error("--checkpoint_every", raw, "N steps or Ne epochs with N >= 1, e.g. 500 or 1e",
+                              "pass --checkpoint_every=1e")
+        return int(count) * (steps_per_epoch if raw.endswith("e") else 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,12 @@ def define_flags():
     f.DEFINE_integer("log_every", _D.train.log_every, "Steps per logging interval.")
     f.DEFINE_integer("eval_every_epochs", _D.train.eval_every_epochs,
                      "Evaluate every N epochs; 0 = only at the end.")
+    # Checkpoints.
+    f.DEFINE_string("checkpoint_dir", _D.train.checkpoint_dir,
+                    "Write checkpoints here (chief only) and resume from the newest one.")
+    f.DEFINE_string("checkpoint_every", _D.train.checkpoint_every,
+                    "Checkpoint cadence: N steps, or Ne epochs (e.g. 500 or 1e).")
+    f.DEFINE_integer("keep_checkpoints", _D.train.keep_checkpoints, "Newest checkpoints kept.")
     # Runtime.
     f.DEFINE_string("backend", _D.runtime.backend,
                     "auto, horovod, mwms or local. auto = horovod under horovodrun/mpirun/srun, "
@@ -104,7 +110,10 @@ def config_from_flags(fv) -> cfg.RunConfig:
                               momentum=fv.momentum, warmup_epochs=fv.warmup_epochs,
                               scale_lr=fv.scale_lr),
         train=cfg.TrainConfig(epochs=fv.epochs, max_steps=fv.max_steps,
-                              log_every=fv.log_every, eval_every_epochs=fv.eval_every_epochs),
+                              log_every=fv.log_every, eval_every_epochs=fv.eval_every_epochs,
+                              checkpoint_dir=fv.checkpoint_dir,
+                              checkpoint_every=fv.checkpoint_every,
+                              keep_checkpoints=fv.keep_checkpoints),
         runtime=cfg.RuntimeConfig(backend=fv.backend, seed=fv.seed,
                                   intra_op_threads=fv.intra_op_threads,
                                   inter_op_threads=fv.inter_op_threads,

@@ -11,7 +11,7 @@ import keras
 from absl import logging
 
 import models
-from horovod_train import backends, env, metrics, runtime
+from horovod_train import backends, checkpoint, env, metrics, runtime
 from horovod_train import data as data_lib
 from horovod_train.data import sharding
 from horovod_train.errors import UsageError
@@ -103,18 +103,22 @@ class _Trainer:
         self.last_parts = None  # shares of the latest sampled step, reused until the next
         self.timed_calls = 0
 
-    def _batches(self, epochs: int):
+    def _batches(self, epochs: int, start_step: int = 0):
         """One iterator over every epoch's shard, concatenated.
 
         A new iterator per epoch costs tf.data's set-up (graph rewrites) each time, up
         to seconds when ranks share cores, and every other rank waits for the slowest
         at the first allreduce; one iterator pays it once."""
         cfg = self.config
+        # The order is a pure function of (seed, epoch): resuming at step s means
+        # starting epoch s // per_epoch and skipping the batches already trained on.
+        first_epoch, offset = divmod(start_step, self.per_epoch)
 
         def all_epochs(shard):
             per_epoch = [self.data.train_dataset(shard, step_batch(cfg), cfg.runtime.seed,
                                                  epoch, cfg.data.data_threads)
-                         .take(self.per_epoch) for epoch in range(epochs)]
+                         .take(self.per_epoch) for epoch in range(first_epoch, epochs)]
+            per_epoch[0] = per_epoch[0].skip(offset)
             dataset = per_epoch[0]
             for more in per_epoch[1:]:
                 dataset = dataset.concatenate(more)
@@ -139,10 +143,10 @@ class _Trainer:
         t2 = time.perf_counter()
         batch = step_batch(self.config)
         self.meter.add(batch, t1 - t0, t2 - t1, loss)
-        if self.global_step > 0:
+        if self.collectives_per_step is not None:
             self.train_seconds += t2 - t0
             self.train_samples += batch
-        else:
+        else:  # this process's first step (traced): timed out, collectives counted
             self.collectives_per_step = self.step.collective_ops_per_step(x, y)
         self.global_step += 1
         self._check_finite(finite > 0.5)
@@ -188,18 +192,20 @@ class _Trainer:
                      label, self.global_step, accuracy, loss, count)
         return accuracy
 
-    def train(self):
+    def train(self, checkpointer):
         every = self.config.train.eval_every_epochs
         epochs = min(self.config.train.epochs, -(-self.total // self.per_epoch))
-        batch_iter = self._batches(epochs)
-        for epoch in range(epochs):
-            for _ in range(self.per_epoch):
-                if self.global_step >= self.total:
-                    break
+        self.global_step = checkpointer.restore()
+        if self.global_step >= self.total:
+            return self._evaluate("final")
+        batch_iter = self._batches(epochs, self.global_step)
+        for epoch in range(self.global_step // self.per_epoch, epochs):
+            while self.global_step < min((epoch + 1) * self.per_epoch, self.total):
                 self._one_step(batch_iter)
                 if self.global_step % self.config.train.log_every == 0 or \
                         self.global_step == self.total:
                     self._log_interval()
+                checkpointer.maybe_save(self.global_step, last=self.global_step == self.total)
             if self.global_step >= self.total:
                 break
             if every and (epoch + 1) % every == 0:
@@ -265,7 +271,9 @@ def run(config) -> dict:
     per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
     model, optimizer = _build(config, backend, data, per_epoch)
     trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total)
-    accuracy = trainer.train()
+    scale = trainer.step.loss_scale
+    state = list(model.weights) + list(optimizer.variables) + [scale.scale, scale.good_steps]
+    accuracy = trainer.train(checkpoint.Checkpointer(config, backend, state, per_epoch))
     summary = _summary(config, backend, trainer, accuracy, wall_start, backend_name)
     if info.is_chief and config.summary_json:
         metrics.write_json_atomic(config.summary_json, summary)

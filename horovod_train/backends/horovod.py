@@ -106,7 +106,10 @@ class HorovodBackend(Backend):
         return self._hvd.allreduce(value, op=self._hvd.Average)
 
     def broadcast_variables(self, variables):
-        self._hvd.broadcast_variables([getattr(v, "value", v) for v in variables], root_rank=0)
+        # A Keras 3 variable wraps a tf.Variable (its .value property); a plain
+        # tf.Variable (the loss scale) is one already, and its .value is a method.
+        plain = [v if isinstance(v, tf.Variable) else v.value for v in variables]
+        self._hvd.broadcast_variables(plain, root_rank=0)
 
     def barrier(self):
         # horovod.tensorflow has no barrier; a scalar allreduce returns only once
