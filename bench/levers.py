@@ -35,9 +35,9 @@ def _train(argv_prefix, flags) -> dict:
 
 
 def precision_figures() -> dict:
-    flags = ["--backend=local", "--model=resnet18_cifar", "--dataset=synthetic",
-             "--synthetic_shape=32,32,3", "--synthetic_examples=1024", "--batch_size=32",
-             "--max_steps=25", "--log_every=25", "--eval_every_epochs=0"]
+    flags = ["--backend=local", "--model=digits_cnn", "--dataset=synthetic",
+             "--synthetic_shape=32,32,3", "--synthetic_examples=4096", "--batch_size=64",
+             "--max_steps=40", "--log_every=40", "--eval_every_epochs=0"]
     rates = {p: _train([], flags + [f"--precision={p}"])["samples_per_sec"]
              for p in ("fp32", "mixed_bfloat16")}
     return {"samples_per_sec": rates, "bf16_over_fp32": rates["mixed_bfloat16"] / rates["fp32"]}
@@ -63,12 +63,12 @@ import models
 from horovod_train.backends.local import LocalBackend
 from horovod_train.step import TrainStep
 ckpt = sys.argv[1] == "1"
-model = models.get_model("decoder_lm", num_layers=12, num_heads=4, width=256, seq_len=512,
+model = models.get_model("decoder_lm", num_layers=12, num_heads=4, width=256, seq_len=256,
                          vocab_size=256, gradient_checkpointing=ckpt)
 backend = LocalBackend(); backend.setup()
 opt = keras.optimizers.SGD(0.01); opt.build(model.trainable_variables)
 step = TrainStep(model, opt, backend)
-x = np.random.default_rng(0).integers(0, 256, (16, 512)).astype(np.int32)
+x = np.random.default_rng(0).integers(0, 256, (8, 256)).astype(np.int32)
 no = tf.constant(False)
 step.fused.get_concrete_function(x, x, no)  # trace first: graph building is not activations
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
