@@ -100,6 +100,7 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no cap; otherwise stop after this many optimizer steps
     log_every: int = 20
     eval_every_epochs: int = 1  # 0 = evaluate only at the end
+    eval_at_start: bool = False  # evaluate the untrained (or just restored) model too
     checkpoint_dir: str | None = None
     checkpoint_every: str = "1e"  # "N" steps or "Ne" epochs
     keep_checkpoints: int = 3

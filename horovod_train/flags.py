@@ -49,6 +49,8 @@ def define_flags():
     f.DEFINE_integer("log_every", _D.train.log_every, "Steps per logging interval.")
     f.DEFINE_integer("eval_every_epochs", _D.train.eval_every_epochs,
                      "Evaluate every N epochs; 0 = only at the end.")
+    f.DEFINE_boolean("eval_at_start", _D.train.eval_at_start,
+                     "Also evaluate before the first step (the starting loss).")
     # Checkpoints.
     f.DEFINE_string("checkpoint_dir", _D.train.checkpoint_dir,
                     "Write checkpoints here (chief only) and resume from the newest one.")
@@ -111,6 +113,7 @@ def config_from_flags(fv) -> cfg.RunConfig:
                               scale_lr=fv.scale_lr),
         train=cfg.TrainConfig(epochs=fv.epochs, max_steps=fv.max_steps,
                               log_every=fv.log_every, eval_every_epochs=fv.eval_every_epochs,
+                              eval_at_start=fv.eval_at_start,
                               checkpoint_dir=fv.checkpoint_dir,
                               checkpoint_every=fv.checkpoint_every,
                               keep_checkpoints=fv.keep_checkpoints),

@@ -196,6 +196,8 @@ class _Trainer:
         every = self.config.train.eval_every_epochs
         epochs = min(self.config.train.epochs, -(-self.total // self.per_epoch))
         self.global_step = checkpointer.restore()
+        if self.config.train.eval_at_start:
+            self._evaluate("start")
         if self.global_step >= self.total:
             return self._evaluate("final")
         batch_iter = self._batches(epochs, self.global_step)

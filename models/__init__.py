@@ -22,6 +22,7 @@ _REGISTRY = {
     "transformer_classifier": "models.transformer:transformer_classifier",
     "decoder_lm": "models.transformer:decoder_lm",
     "decoder_lm_124m": "models.transformer:decoder_lm_124m",
+    "decoder_lm_small": "models.small_lm:decoder_lm_small",
 }
 
 

@@ -15,6 +15,7 @@ _SOURCES = {
     "tfrecord": "horovod_train.data.tfrecord:load",
     "lmdb": "horovod_train.data.lmdb_source:load",
     "tfds": "horovod_train.data.tfds_source:load",
+    "pycorpus": "horovod_train.data.pycorpus:load",
 }
 
 
