@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The case study in miniature (docs/lm.md): a byte-level decoder LM trained on Python's
+# The case study in miniature (README: "A language model on Python's own sources"): a byte-level decoder LM trained on Python's
 # own standard-library sources, 2 Horovod ranks on this host, 4-step gradient
 # accumulation, mixed_bfloat16. Nothing is downloaded: the first run builds the corpus
 # (about 12 MB of .py files -> TFRecord shards, 15-30 s) under

@@ -4,7 +4,7 @@ The trainer passes only input_shape=(seq_len,), num_classes (the vocabulary) and
 gradient_checkpointing, so the sizes live here: 2 pre-LayerNorm blocks of width 128
 with 4 heads (about 0.4M parameters with the byte vocabulary and tied embeddings).
 On two shared CPU cores it takes a byte-level model on the pycorpus dataset from
-ln 256 = 5.55 nats to well under 3 in a few hundred steps (docs/lm.md). Any size can
+ln 256 = 5.55 nats to well under 3 in a few hundred steps (README: "A language model on Python's own sources"). Any size can
 still be passed as a keyword, as for models.transformer.decoder_lm.
 """
 from models.transformer import decoder_lm
