@@ -3,11 +3,12 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 
 import numpy as np
 
-from conftest import ROOT, child_env, run_cli
+from conftest import child_env, run_cli
 
 BIN = os.path.dirname(sys.executable)
 TRAIN = [sys.executable, "-m", "horovod_train"]
@@ -21,6 +22,22 @@ def horovodrun(np_: int, controller: str, args) -> list[str]:
 def mpirun(np_: int, args) -> list[str]:
     mpirun_bin = shutil.which("mpirun") or "mpirun"
     return [mpirun_bin, "-np", str(np_), "--bind-to", "none", *TRAIN, *args]
+
+
+def free_ports(n: int) -> list[int]:
+    """n localhost ports that were free a moment ago (for MWMS workers)."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def tf_config(ports, index: int) -> str:
+    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
 
 
 def run_ranks(argv, run_dir, timeout=600, **env) -> dict:

@@ -7,13 +7,13 @@ relative, so a file written by a non-chief rank would show up in rank1/.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from conftest import ROOT, child_env, run_cli
+from ranks import free_ports, tf_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,16 +28,6 @@ IN_RANK_DIR = ("import os, runpy, sys; "
                "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def run_horovodrun(controller, run_dir, args):
     argv = [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{controller}", sys.executable,
             "-c", IN_RANK_DIR, str(run_dir), EXAMPLE, *args]
@@ -47,15 +37,13 @@ def run_horovodrun(controller, run_dir, args):
 
 
 def run_mwms_workers(run_dir, args, n=2):
-    ports = _free_ports(n)
+    ports = free_ports(n)
     procs = []
     for i in range(n):
-        config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                  "task": {"type": "worker", "index": i}}
         cwd = run_dir / f"rank{i}"
         cwd.mkdir(parents=True)
         procs.append(subprocess.Popen([sys.executable, EXAMPLE, *args], cwd=cwd,
-                                      env=child_env(TF_CONFIG=json.dumps(config)),
+                                      env=child_env(TF_CONFIG=tf_config(ports, i)),
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outs = [p.communicate(timeout=420) for p in procs]
     for p, (out, err) in zip(procs, outs):

@@ -3,32 +3,16 @@ under mpirun; identical weights, accuracy, and agreement with the horovod backen
 import json
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, child_env
-from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, horovodrun, load_weights,
-                   mpirun, only_chief_files, run_ranks)
+from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, free_ports, horovodrun,
+                   load_weights, mpirun, only_chief_files, run_ranks, tf_config)
 
 pytestmark = pytest.mark.slow
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def tf_config(ports, index):
-    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
 
 
 def run_workers(args, run_dir, n=2, timeout=600):

@@ -14,6 +14,7 @@ COMMON = ["--deterministic", "--eval_every_epochs=0", "--log_every=10", "--check
 
 def test_resumed_run_equals_uninterrupted_run(tmp_path):
     whole = run_ranks(horovodrun(2, "gloo", COMMON + ["--max_steps=40"]), tmp_path / "whole")
+    assert whole["steps"] == 40
     ckpt = tmp_path / "ckpt"
     first = run_ranks(horovodrun(2, "gloo", COMMON + ["--max_steps=20", f"--checkpoint_dir={ckpt}"]),
                       tmp_path / "first")
