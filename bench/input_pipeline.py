@@ -52,6 +52,7 @@ def pipeline_rate(dataset_fn, batch_size: int, batches: int) -> float:
 
 def _train_step(model_name: str, input_shape, num_classes: int):
     import keras
+    import tensorflow as tf
     import models
     from horovod_train.backends.local import LocalBackend
     from horovod_train.step import TrainStep
@@ -61,7 +62,8 @@ def _train_step(model_name: str, input_shape, num_classes: int):
     optimizer = keras.optimizers.SGD(0.01)
     optimizer.build(model.trainable_variables)
     step = TrainStep(model, optimizer, backend)
-    return lambda x, y: float(step.fused(x, y))
+    no_fault = tf.constant(False)
+    return lambda x, y: float(step.fused(x, y, no_fault)[0])  # (loss, finite)
 
 
 def consumer_rate(step, batches_in_memory, batch_size: int, steps: int) -> float:
