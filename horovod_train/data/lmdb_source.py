@@ -51,7 +51,7 @@ class KeySet:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LmdbSource:
+class LmdbSource(schema_lib.SchemaShape):
     schema: schema_lib.Schema
     train: KeySet
     eval: KeySet
@@ -62,14 +62,6 @@ class LmdbSource:
     @property
     def num_train_examples(self) -> int:
         return len(self.train.ids)
-
-    @property
-    def input_shape(self) -> tuple:
-        return self.schema.input_shape
-
-    @property
-    def num_classes(self) -> int:
-        return self.schema.num_classes
 
     def _decode(self, record):
         return decode.decoder(self.schema)(decode.parser(self.schema)(record))

@@ -129,3 +129,15 @@ def split_of(meta: Metadata, name: str, where: str, flag: str) -> Split:
         raise usage_error(flag, name, f"a split listed in {where}: {sorted(meta.splits)}",
                           f"pass {flag}=<one of those>")
     return meta.splits[name]
+
+
+class SchemaShape:
+    """input_shape and num_classes of a file-backed source, read from its `schema`."""
+
+    @property
+    def input_shape(self) -> tuple:
+        return self.schema.input_shape
+
+    @property
+    def num_classes(self) -> int:
+        return self.schema.num_classes

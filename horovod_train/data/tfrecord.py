@@ -32,7 +32,7 @@ class FileSet:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TFRecordSource:
+class TFRecordSource(schema_lib.SchemaShape):
     schema: schema_lib.Schema
     train: FileSet
     eval: FileSet
@@ -43,14 +43,6 @@ class TFRecordSource:
     @property
     def num_train_examples(self) -> int:
         return sum(self.train.counts)
-
-    @property
-    def input_shape(self) -> tuple:
-        return self.schema.input_shape
-
-    @property
-    def num_classes(self) -> int:
-        return self.schema.num_classes
 
     def _file(self, path):
         ds = _reader(path)
