@@ -35,13 +35,23 @@ def main(argv):
         loop.run(config)
     except UsageError as err:
         _fail(str(err))
-    except RuntimeError as err:
-        # A run that cannot go on (diverged): one line and a non-zero exit, no traceback.
-        from horovod_train.loop import TrainingDiverged
-        if not isinstance(err, TrainingDiverged):
-            raise
+    except Exception as err:  # noqa: BLE001 - re-raised unless it is one we explain
+        _explain_or_raise(err)
+
+
+def _explain_or_raise(err: Exception):
+    """A run that cannot go on gets one line and a distinct exit code, no traceback:
+    3 = diverged (change flags), 75 = a peer rank was lost (relaunch to resume)."""
+    from horovod_train import watchdog
+    from horovod_train.loop import TrainingDiverged
+    if isinstance(err, TrainingDiverged):
         print(f"horovod_train: stopped: {err}", file=sys.stderr)
         sys.exit(3)
+    lost = watchdog.describe_peer_loss(err)
+    if lost is None:
+        raise err
+    print(f"horovod_train: stopped: {lost}", file=sys.stderr, flush=True)
+    sys.exit(watchdog.EXIT_PEER_LOST)
 
 
 def run_main():

@@ -40,6 +40,16 @@ def fingerprint(config) -> dict:
     return {name: _field(as_dict, name) for name in _MUST_MATCH}
 
 
+def training_state(model, optimizer, loss_scale) -> list:
+    """Every variable a resumed run needs, in a fixed order.
+
+    model.variables, not model.weights: it also holds each dropout layer's seed
+    generator state, without which a resumed run draws other dropout masks than the
+    uninterrupted one and the two drift apart."""
+    return (list(model.variables) + list(optimizer.variables)
+            + [loss_scale.scale, loss_scale.good_steps])
+
+
 def list_checkpoints(directory: str) -> list[tuple[int, str]]:
     """(step, path) of complete checkpoints, newest first."""
     if not os.path.isdir(directory):

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from conftest import child_env, run_cli
+from conftest import ROOT, child_env, run_cli
 
 BIN = os.path.dirname(sys.executable)
 TRAIN = [sys.executable, "-m", "horovod_train"]
@@ -84,3 +84,48 @@ def only_chief_files(run_dir):
     assert sorted(os.listdir(run_dir)) == ["summary.json", "weights.npz"]
 
 
+
+
+def start_job(argv, tag: str, **env):
+    """Starts a job in the background; every rank inherits HT_TEST_TAG=tag, so the
+    test can find (and kill) one rank's process by its tag and rank."""
+    import subprocess
+    return subprocess.Popen(argv, env=child_env(HT_TEST_TAG=tag, **env), cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def rank_pid(tag: str, rank: int, timeout: float = 120, env_match: str = "") -> int:
+    """The pid of the training process with this rank (HOROVOD_RANK / OMPI / TF_CONFIG
+    index), or with `env_match` ("NAME=value") in its environment, among the processes
+    started with this tag."""
+    import time
+    want = {env_match} if env_match else \
+        {f"HOROVOD_RANK={rank}", f"OMPI_COMM_WORLD_RANK={rank}", f"HT_TEST_INDEX={rank}"}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = set(f.read().decode(errors="replace").split("\0"))
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if f"HT_TEST_TAG={tag}" in environ and want & environ and b"horovod_train" in argv \
+                    and not any(b.endswith((b"horovodrun", b"mpirun")) for b in argv):
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError(f"no process with rank {rank} and tag {tag} within {timeout} s")
+
+
+def wait_for_path(path, timeout: float = 300, proc=None):
+    """Waits until `path` exists; fails early if `proc` ends first."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"job ended ({proc.returncode}) before {path} appeared:\n"
+                                 f"{proc.stdout.read()[-4000:]}")
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+        time.sleep(0.1)

@@ -1,0 +1,109 @@
+"""A bound on how long a rank waits for its peers.
+
+A collective waits for every rank. Launchers end the job when a rank *dies* under
+them (horovodrun and mpirun within about a second), but not when a rank is stalled
+(stopped, swapping, wedged in I/O), nor when the ranks were started independently
+(TF_CONFIG workers, srun without --kill-on-bad-exit). Then the survivors would wait
+forever inside an allreduce. This thread ends the process instead once no training
+step has finished for the timeout, with a line that says what happened and how to
+resume, and an exit code a supervisor can treat as "retry": 75 (EX_TEMPFAIL).
+
+It is a thread, not a signal alarm, because the main thread is blocked inside a
+C++ collective that does not return to Python to handle a signal.
+"""
+import os
+import sys
+import threading
+import time
+
+from absl import logging
+
+EXIT_PEER_LOST = 75  # EX_TEMPFAIL: relaunching with the same flags resumes the run
+
+
+class StepWatchdog:
+    """Ends this process when no beat() arrives for `timeout_s` seconds while armed."""
+
+    def __init__(self, timeout_s: float, rank: int, clock=time.monotonic, on_expire=None):
+        self.timeout_s, self.rank, self._clock = timeout_s, rank, clock
+        self._on_expire = on_expire or _exit_peer_lost
+        self._last_beat = clock()
+        self._last_step = None
+        self._armed = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._watch, name="step-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def beat(self, step: int):
+        """A step finished: the peers were there for it. Arms the watchdog."""
+        with self._lock:
+            self._last_beat, self._last_step, self._armed = self._clock(), step, True
+
+    def disarm(self):
+        """For phases that may legitimately take long without steps (final evaluation)."""
+        with self._lock:
+            self._armed = False
+
+    def stop(self):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def expired(self) -> bool:
+        with self._lock:
+            return self._armed and self._clock() - self._last_beat > self.timeout_s
+
+    def message(self) -> str:
+        return (f"rank {self.rank}: no training step finished for {self.timeout_s:g} s "
+                f"(--collective_timeout_s) after step {self._last_step}; a peer rank has died "
+                f"or stalled, so this rank ends instead of waiting forever. Relaunch with the "
+                f"same flags to resume from the newest checkpoint in --checkpoint_dir")
+
+    def _watch(self):
+        # Poll a few times per timeout: the bound is timeout_s plus one poll.
+        poll = min(1.0, self.timeout_s / 4)
+        while not self._stop.wait(poll):
+            if self.expired():
+                self._on_expire(self.message())
+                return
+
+
+def _exit_peer_lost(message: str):
+    logging.error("watchdog | %s", message)
+    print(f"horovod_train: stopped: {message}", file=sys.stderr, flush=True)
+    # os._exit: the main thread is stuck in a collective and would never unwind.
+    os._exit(EXIT_PEER_LOST)
+
+
+# TensorFlow error classes that mean "a peer went away" when raised by a collective:
+# MWMS's health check and gRPC report Unavailable, its collective timeout
+# DeadlineExceeded, Horovod's ops Unknown/Internal/Aborted with "Horovod" in the text,
+# and collectives queued behind an aborted one Cancelled.
+_PEER_ERRORS = ("UnavailableError", "DeadlineExceededError", "AbortedError")
+_HOROVOD_ERRORS = ("UnknownError", "InternalError", "FailedPreconditionError",
+                   "HorovodInternalError", "CancelledError")
+
+
+def describe_peer_loss(err: BaseException) -> str | None:
+    """A one-line account of `err` if it says a peer rank was lost, else None."""
+    kind = type(err).__name__
+    text = str(getattr(err, "message", None) or err)
+    collective = "orovod" in text or "ollective" in text
+    if kind not in _PEER_ERRORS and not (kind in _HOROVOD_ERRORS and collective):
+        return None
+    # The useful part of TF's messages is the first line; the rest is graph context.
+    detail = next((line.strip() for line in text.splitlines() if line.strip()), kind)
+    tasks = sorted(set(_task_names(text)))
+    lost = f" (lost: {', '.join(tasks)})" if tasks else ""
+    return (f"a peer rank was lost{lost}: {kind}: {detail[:300]}. Relaunch with the same "
+            f"flags to resume from the newest checkpoint in --checkpoint_dir")
+
+
+def _task_names(text: str):
+    import re
+    return re.findall(r"/job:\w+/(?:replica:\d+/)?task:\d+", text)

@@ -1,0 +1,76 @@
+"""The step watchdog's rules (a fake clock; the real thing is in test_faults.py)."""
+import threading
+
+from horovod_train.watchdog import StepWatchdog, describe_peer_loss
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_not_armed_until_the_first_step_then_expires_after_the_timeout():
+    clock = Clock()
+    dog = StepWatchdog(30, rank=1, clock=clock)
+    clock.now += 1000  # start-up (tracing, data set-up) is not bounded by it
+    assert not dog.expired()
+    dog.beat(7)
+    clock.now += 30
+    assert not dog.expired()
+    clock.now += 0.5
+    assert dog.expired()
+    assert "rank 1" in dog.message() and "after step 7" in dog.message()
+    assert "--collective_timeout_s" in dog.message() and "resume" in dog.message()
+
+
+def test_each_beat_restarts_the_window_and_disarm_stops_it():
+    clock = Clock()
+    dog = StepWatchdog(10, rank=0, clock=clock)
+    for step in range(5):
+        dog.beat(step)
+        clock.now += 9
+        assert not dog.expired()
+    dog.disarm()
+    clock.now += 100
+    assert not dog.expired()
+
+
+def test_the_thread_calls_on_expire_once():
+    fired = []
+    done = threading.Event()
+
+    def on_expire(message):
+        fired.append(message)
+        done.set()
+
+    dog = StepWatchdog(0.2, rank=3, on_expire=on_expire).start()
+    dog.beat(1)
+    assert done.wait(5)
+    dog.stop()
+    assert len(fired) == 1 and "rank 3" in fired[0]
+
+
+class UnavailableError(Exception):
+    """Stands in for tf.errors.UnavailableError: matched by class name, no TF import."""
+
+
+class UnknownError(Exception):
+    pass
+
+
+def test_peer_loss_is_recognised_and_names_the_lost_task():
+    err = UnavailableError("Collective ops is aborted by: Error reported from /job:worker/task:1: "
+                           "The following tasks are unhealthy (stopped sending heartbeats):\n"
+                           "/job:worker/replica:0/task:1\nmore graph context")
+    line = describe_peer_loss(err)
+    assert "lost: /job:worker/replica:0/task:1, /job:worker/task:1" in line
+    assert "\n" not in line and "resume" in line
+
+
+def test_other_errors_are_not_called_peer_loss():
+    assert describe_peer_loss(ValueError("bad shape")) is None
+    assert describe_peer_loss(UnknownError("some kernel failed")) is None
+    assert describe_peer_loss(UnknownError("HorovodAllreduce failed: connection closed")) is not None
