@@ -4,18 +4,26 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 
 import numpy as np
 
 
 @dataclasses.dataclass
 class IntervalMeter:
-    """Accumulates one logging interval on this rank."""
+    """Accumulates one logging interval on this rank.
+
+    data_s and step_s are summed per-step clocks; the interval's own wall clock runs
+    from `started` to the log call, minus `excluded_s` (evaluation, one-time graph
+    inspection), so wall - data - step - sync is the time between steps ("other")."""
     steps: int = 0
     samples: int = 0
     data_s: float = 0.0
     step_s: float = 0.0
     loss_sum: float = 0.0
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    excluded_s: float = 0.0
+    sync_s: float = 0.0  # waiting for the other ranks at the interval's metrics gather
 
     def add(self, samples: int, data_s: float, step_s: float, loss: float):
         self.steps += 1
@@ -24,25 +32,44 @@ class IntervalMeter:
         self.step_s += step_s
         self.loss_sum += loss
 
-    def breakdown(self, parts: dict | None) -> dict:
-        """Fractions of wall time: data wait, then the step split by `parts`, the
-        seconds of each part in a sampled step (None before the first sample)."""
-        total = self.data_s + self.step_s
-        if total <= 0:
-            return {}
+    def wall(self, now: float) -> float:
+        # Never below the measured parts: clocks read microseconds apart can disagree.
+        return max(now - self.started - self.excluded_s, self.data_s + self.step_s + self.sync_s)
+
+    def rank_row(self, now: float) -> list[float]:
+        """This rank's [mean loss, samples/s] for the interval (gathered to every rank)."""
+        return [self.loss_sum / max(self.steps, 1), self.samples / max(self.wall(now), 1e-9)]
+
+    def seconds_per_step(self, parts: dict | None, now: float) -> dict:
+        """Mean seconds per step: data wait, the step split by `parts` (each part's
+        seconds in a sampled split step; None before the first sample: one "step"
+        part), sync, and other (the rest). They add up to the wall time per step."""
+        n = max(self.steps, 1)
         parts = parts or {"step": 1.0}
         part_total = sum(parts.values()) or 1.0
-        out = {"data": self.data_s / total}
+        out = {"data": self.data_s / n}
         for name, seconds in parts.items():
-            out[name] = self.step_s / total * seconds / part_total
+            out[name] = self.step_s / n * seconds / part_total
+        out["sync"] = self.sync_s / n
+        out["other"] = max(self.wall(now) - self.data_s - self.step_s - self.sync_s, 0.0) / n
         return out
 
 
+def shares(per_step: dict) -> dict:
+    total = sum(per_step.values())
+    return {k: v / total for k, v in per_step.items()} if total > 0 else {}
+
+
 def format_line(step: int, max_steps: int, loss: float, samples_per_sec: float,
-                breakdown: dict) -> str:
-    shares = " ".join(f"{k} {100 * v:.0f}%" for k, v in breakdown.items())
-    return (f"train | step {step}/{max_steps} | loss {loss:.4f} | "
-            f"{samples_per_sec:.0f} samples/s | {shares}")
+                breakdown: dict, per_rank: float | None = None,
+                efficiency: float | None = None, eta: str | None = None) -> str:
+    shares_text = " ".join(f"{k} {100 * v:.0f}%" for k, v in breakdown.items())
+    extra = [f"{per_rank:.0f}/rank"] if per_rank is not None else []
+    if efficiency is not None:
+        extra.append(f"efficiency {100 * efficiency:.0f}%")
+    rate = f"{samples_per_sec:.0f} samples/s" + (f" ({', '.join(extra)})" if extra else "")
+    line = f"train | step {step}/{max_steps} | loss {loss:.4f} | {rate} | {shares_text}"
+    return line + (f" | eta {eta}" if eta else "")
 
 
 def weight_digest(variables) -> str:

@@ -33,9 +33,13 @@ def _import_horovod():
     return hvd
 
 
-def knob_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allreduce=False) -> dict:
+def knob_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allreduce=False,
+             timeline_path=None) -> dict:
     """Our flags as the HOROVOD_* variables Horovod reads at init (flags beat env)."""
     env = {}
+    if timeline_path:
+        # Read once, in hvd.init(); only the coordinator (rank 0) writes the file.
+        env["HOROVOD_TIMELINE"] = os.path.abspath(timeline_path)
     if fusion_threshold_mb is not None:
         env["HOROVOD_FUSION_THRESHOLD"] = str(int(fusion_threshold_mb * 1024 * 1024))
     if cycle_time_ms is not None:
@@ -59,11 +63,13 @@ class HorovodBackend(Backend):
                                      "HorovodBroadcast"})
 
     def __init__(self, compression="none", fusion_threshold_mb=None, cycle_time_ms=None,
-                 hierarchical_allreduce=False, **_options):
+                 hierarchical_allreduce=False, timeline_path=None, **_options):
         super().__init__()
         self._hvd = _import_horovod()
         self.compression = compression
-        self.knobs = knob_env(fusion_threshold_mb, cycle_time_ms, hierarchical_allreduce)
+        self.timeline_path = timeline_path  # the loop says so when a backend has none
+        self.knobs = knob_env(fusion_threshold_mb, cycle_time_ms, hierarchical_allreduce,
+                              timeline_path)
         self.chosen_env = {}
         self.wire_bytes_per_step = 0
 

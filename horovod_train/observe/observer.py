@@ -1,0 +1,176 @@
+"""The chief's Observer and its no-op twin.
+
+The loop measures on every rank (the numbers feed collectives every rank must join)
+and hands each interval's record to `observer.interval`. Only the chief's observer
+prints and writes files; every other rank holds a NullObserver, so non-chief ranks
+write nothing without the loop ever asking which rank it is.
+"""
+import json
+import os
+import time
+
+from absl import logging
+
+from horovod_train.observe import baseline, progress
+
+METRICS_FILE = "metrics.jsonl"
+BREAKDOWN_PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "other")
+# Fixed tag sets (a part or figure not measured this interval is written as nothing),
+# so TensorBoard's write function is compiled once per set, at start-up.
+TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/loss_scale",
+              "throughput/samples_per_sec", "throughput/samples_per_sec_per_rank",
+              "throughput/efficiency", "time/step_ms", "gpu/utilization_pct",
+              "gpu/memory_mib") + tuple(f"breakdown/{p}_ms" for p in BREAKDOWN_PARTS)
+EVAL_TAGS = ("eval/accuracy", "eval/loss")
+
+
+class NullObserver:
+    """Every hook, doing nothing."""
+
+    def before_step(self, step: int):
+        pass
+
+    def after_step(self, step: int):
+        pass
+
+    def interval(self, record: dict):
+        pass
+
+    def evaluation(self, label: str, record: dict):
+        pass
+
+    def close(self, summary: dict):
+        pass
+
+
+class ChiefObserver(NullObserver):
+    def __init__(self, config, world_size: int, total_steps: int, start_record: dict):
+        obs = config.observe
+        self.run_dir = obs.run_dir
+        self.world_size = world_size
+        self.cache = obs.baseline_cache
+        self.key = baseline.config_key(config.to_dict())
+        self.baseline, source = baseline.resolve(obs, self.key)
+        self.progress = progress.Progress(obs.progress, total_steps)
+        self.started = time.perf_counter()
+        self._steady = []  # (steps, samples/s) of the intervals after the first
+        self._seen_interval = False
+        self._jsonl = self._tb = self._profile = None
+        self._log_baseline(source)
+        if self.run_dir and obs.instrument:
+            self._open_sinks(dict(start_record, config_key=self.key,
+                                  baseline_samples_per_sec=self.baseline,
+                                  baseline_source=source, config=config.to_dict()))
+        window = obs.profile_window()
+        if window:
+            from horovod_train.observe.profiler import ProfileWindow
+            self._profile = ProfileWindow(window, os.path.join(self.run_dir, "profile"))
+
+    def _log_baseline(self, source):
+        if self.baseline:
+            logging.info("scaling | 1-rank baseline %.0f samples/s (from %s)",
+                         self.baseline, source)
+        elif self.world_size > 1:
+            logging.info("scaling | no 1-rank baseline for config key %s, so no efficiency: "
+                         "pass --baseline_samples_per_sec, or train once with 1 rank and "
+                         "--run_dir", self.key)
+
+    def _open_sinks(self, start_record: dict):
+        from horovod_train.observe.tensorboard import ScalarWriter
+        os.makedirs(self.run_dir, exist_ok=True)
+        # Appended, one JSON object per line and flushed: a resumed run continues
+        # the file after a new "start" record, and a reader never sees half a line.
+        self._jsonl = open(os.path.join(self.run_dir, METRICS_FILE), "a")
+        self._append(dict(start_record, kind="start"))
+        self._tb = ScalarWriter(os.path.join(self.run_dir, "tb"), [TRAIN_TAGS, EVAL_TAGS])
+
+    def _append(self, record: dict):
+        self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
+        self._jsonl.flush()
+
+    def before_step(self, step: int):
+        if self._profile:
+            self._profile.before_step(step)
+
+    def after_step(self, step: int):
+        self.progress.step(step)
+        if self._profile:
+            self._profile.after_step(step)
+
+    def interval(self, record: dict):
+        # One rank against a stored one-rank figure says nothing about scaling.
+        eff = baseline.efficiency(record["samples_per_sec"], self.world_size, self.baseline) \
+            if self.world_size > 1 else None
+        step_s = sum(record["seconds_per_step"].values())
+        remaining = record["total_steps"] - record["step"]
+        record = dict(record, kind="train", efficiency=eff, step_s=step_s,
+                      eta_s=remaining * step_s, time_s=time.perf_counter() - self.started)
+        if self._seen_interval:  # the first interval holds tracing
+            self._steady.append((record["steps"], record["samples_per_sec"]))
+        self._seen_interval = True
+        per_rank = record["samples_per_sec_per_rank"]
+        from horovod_train import metrics
+        line = metrics.format_line(
+            record["step"], record["total_steps"], record["loss"], record["samples_per_sec"],
+            metrics.shares(record["seconds_per_step"]),
+            per_rank=sum(per_rank) / len(per_rank) if self.world_size > 1 else None,
+            efficiency=eff, eta=progress.format_eta(record["eta_s"]))
+        self.progress.line(line, record["step"], record["samples_per_sec"], step_s)
+        if self._jsonl:
+            self._append(record)
+            self._tb.write(record["step"], _train_scalars(record))
+
+    def evaluation(self, label: str, record: dict):
+        self.progress.note(
+            f"eval  | {label} | step {record['step']} | test accuracy {record['accuracy']:.4f} "
+            f"| test loss {record['loss']:.4f} on {record['count']} predictions")
+        if self._jsonl:
+            self._append(dict(record, kind="eval", label=label,
+                              time_s=time.perf_counter() - self.started))
+            self._tb.write(record["step"], {"eval/accuracy": record["accuracy"],
+                                            "eval/loss": record["loss"]})
+
+    def close(self, summary: dict):
+        if self._profile:
+            self._profile.stop()
+        self.progress.close()
+        if self._jsonl:
+            self._append({"kind": "end", "steps": summary["steps"],
+                          "samples_per_sec": summary["samples_per_sec"],
+                          "wall_seconds": summary["wall_seconds"],
+                          "test_accuracy": summary["test_accuracy"]})
+            self._jsonl.close()
+            self._tb.close()
+            self._store_baseline(summary)
+
+    def _store_baseline(self, summary: dict):
+        """The steady-state figure (intervals after the first, as the report computes
+        it), not the summary's, which counts the split step's one-off tracing."""
+        steps = sum(n for n, _ in self._steady)
+        rate = steps / sum(n / r for n, r in self._steady) if steps else summary["samples_per_sec"]
+        if self.world_size == 1 and self.cache and rate > 0:
+            baseline.store(self.cache, self.key, rate, self.run_dir)
+            logging.info("scaling | stored %.0f samples/s as the 1-rank baseline of config "
+                         "key %s in %s", rate, self.key, self.cache)
+
+
+def _train_scalars(record: dict) -> dict:
+    scalars = dict.fromkeys(TRAIN_TAGS)
+    scalars.update({"train/loss": record["loss"], "train/learning_rate": record.get("learning_rate"),
+               "train/loss_scale": record.get("loss_scale"),
+               "throughput/samples_per_sec": record["samples_per_sec"],
+               "throughput/samples_per_sec_per_rank":
+                   sum(record["samples_per_sec_per_rank"]) / len(record["samples_per_sec_per_rank"]),
+               "throughput/efficiency": record["efficiency"],
+               "time/step_ms": 1000 * record["step_s"],
+               "gpu/utilization_pct": record.get("gpu_util_pct"),
+               "gpu/memory_mib": record.get("gpu_mem_mib")})
+    for part, seconds in record["seconds_per_step"].items():
+        scalars[f"breakdown/{part}_ms"] = 1000 * seconds
+    return scalars
+
+
+def create(config, is_chief: bool, world_size: int, total_steps: int, start_record: dict):
+    if not is_chief:
+        return NullObserver()
+    return ChiefObserver(config, world_size, total_steps, start_record)

@@ -1,0 +1,184 @@
+"""`python -m horovod_train.report RUN_DIR [RUN_DIR ...]`: where the time went.
+
+Reads each run directory's metrics.jsonl (and summary.json when the run finished),
+prints one table row per run, and writes PNG plots: in each run directory
+throughput.png and breakdown.png; given runs at several world sizes, scaling.png
+(throughput and efficiency against world size) in --out. TF-free.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+from horovod_train.errors import UsageError, usage_error
+from horovod_train.observe import baseline
+
+PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "other")
+
+
+@dataclasses.dataclass
+class Run:
+    path: str
+    start: dict
+    train: list
+    evals: list
+    summary: dict | None
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(os.path.normpath(self.path)) or self.path
+
+    @property
+    def world_size(self) -> int:
+        return int(self.start.get("world_size", 1))
+
+
+def load_run(path: str) -> Run:
+    metrics_path = os.path.join(path, "metrics.jsonl")
+    if not os.path.isfile(metrics_path):
+        raise usage_error("RUN_DIR", path, "a directory holding metrics.jsonl",
+                          "pass the --run_dir of a finished or running training run")
+    records = []
+    with open(metrics_path) as f:
+        for line in f:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by a crash: skip it, keep the rest
+    starts = [r for r in records if r.get("kind") == "start"]
+    by_step = {r["step"]: r for r in records if r.get("kind") == "train"}  # resumes overwrite
+    summary = None
+    summary_path = os.path.join(path, "summary.json")
+    if os.path.isfile(summary_path):
+        with open(summary_path) as f:
+            summary = json.load(f)
+    return Run(path, starts[-1] if starts else {}, [by_step[s] for s in sorted(by_step)],
+               [r for r in records if r.get("kind") == "eval"], summary)
+
+
+def steady(train: list) -> list:
+    """Intervals after the first: the first holds tracing and warm-up."""
+    return train[1:] if len(train) > 1 else train
+
+
+def mean_breakdown(train: list) -> dict:
+    """Seconds per step of each part, averaged over intervals weighted by their steps."""
+    totals, steps = {}, 0
+    for record in steady(train):
+        n = record.get("steps", 1)
+        steps += n
+        for part, seconds in record["seconds_per_step"].items():
+            totals[part] = totals.get(part, 0.0) + seconds * n
+    return {p: totals[p] / steps for p in PARTS if p in totals} if steps else {}
+
+
+def throughput(run: Run) -> float | None:
+    """Samples/s over the intervals after the first (step-weighted harmonic mean, i.e.
+    total samples over total time). Not the summary's figure: that one counts the
+    first sampled step, which traces three functions, as training time."""
+    steps = inverse = 0.0
+    for r in steady(run.train):
+        if r["samples_per_sec"] > 0:
+            steps += r.get("steps", 1)
+            inverse += r.get("steps", 1) / r["samples_per_sec"]
+    if steps:
+        return steps / inverse
+    return (run.summary or {}).get("samples_per_sec")
+
+
+def efficiencies(runs: list) -> dict:
+    """path -> efficiency: against a 1-rank run of the same config key among `runs`,
+    else against the baseline the run itself recorded."""
+    one_rank = {r.start.get("config_key"): throughput(r) for r in runs if r.world_size == 1}
+    out = {}
+    for run in runs:
+        base = one_rank.get(run.start.get("config_key")) or run.start.get("baseline_samples_per_sec")
+        rate = throughput(run)
+        out[run.path] = baseline.efficiency(rate, run.world_size, base) if rate else None
+    return out
+
+
+def table_rows(runs: list) -> list[dict]:
+    effs = efficiencies(runs)
+    rows = []
+    for run in runs:
+        parts = mean_breakdown(run.train)
+        total = sum(parts.values())
+        rate = throughput(run)
+        accuracy = (run.summary or {}).get("test_accuracy")
+        if accuracy is None and run.evals:
+            accuracy = run.evals[-1]["accuracy"]
+        rows.append({"run": run.name, "ranks": run.world_size,
+                     "steps": run.train[-1]["step"] if run.train else 0,
+                     "samples/s": rate, "per rank": rate / run.world_size if rate else None,
+                     "efficiency %": 100 * effs[run.path] if effs[run.path] else None,
+                     "step ms": 1000 * total if total else None,
+                     **{f"{p} %": 100 * parts[p] / total for p in parts if total},
+                     "accuracy": accuracy})
+    return rows
+
+
+def _cell(column: str, value) -> str:
+    if value is None:
+        return "-"
+    if column == "accuracy":
+        return f"{value:.4f}"
+    if isinstance(value, float):
+        return f"{value:.0f}" if column in ("samples/s", "per rank") else f"{value:.1f}"
+    return str(value)
+
+
+def format_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no runs)"
+    columns = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells]
+    return "\n".join(lines)
+
+
+def write_plots(runs: list, out_dir: str) -> list[str]:
+    from horovod_train.observe import plots
+    written = []
+    for run in runs:
+        written.append(plots.throughput([run], os.path.join(run.path, "throughput.png")))
+        written.append(plots.breakdown(run, os.path.join(run.path, "breakdown.png")))
+    if len(runs) > 1:
+        os.makedirs(out_dir, exist_ok=True)
+        written.append(plots.throughput(runs, os.path.join(out_dir, "throughput.png")))
+    if len({r.world_size for r in runs}) > 1:
+        effs = efficiencies(runs)
+        points = sorted((r.world_size, throughput(r), effs[r.path], r.name) for r in runs
+                        if throughput(r))
+        written.append(plots.scaling(points, os.path.join(out_dir, "scaling.png")))
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m horovod_train.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--out", help="where scaling.png goes (default: the runs' common parent)")
+    parser.add_argument("--no_plots", action="store_true", help="print the table only")
+    args = parser.parse_args(argv)
+    try:
+        runs = [load_run(p) for p in args.run_dirs]
+    except UsageError as err:
+        print(f"horovod_train.report: error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(table_rows(runs)))
+    if not args.no_plots:
+        out = args.out or os.path.commonpath([os.path.abspath(r.path) for r in runs])
+        for path in write_plots(runs, out):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Observability on real ranks: a 2-rank horovodrun job with --run_dir.
+
+Only the chief writes (the run dir holds one copy of each file; nothing lands in the
+working directory), each interval's measured parts add up to its step time, and the
+report tool turns the real run directory into a table and non-empty PNGs."""
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import child_env, run_cli
+from ranks import horovodrun
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("horovod.tensorflow")
+
+
+def test_two_ranks_observed_by_the_chief_only(tmp_path):
+    run_dir, cwd = tmp_path / "run", tmp_path / "cwd"
+    cwd.mkdir()
+    args = ["--max_steps=80", "--log_every=20", "--eval_every_epochs=0", "--intra_op_threads=1",
+            f"--run_dir={run_dir}", "--horovod_timeline", "--profile_steps=45,46",
+            "--baseline_samples_per_sec=1000", f"--baseline_cache={tmp_path}/cache.json"]
+    proc = run_cli(horovodrun(2, "gloo", args), timeout=300, env=child_env(), cwd=str(cwd))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    # Only the chief's files, once each; no rank wrote into its working directory,
+    # and a 2-rank run stores no 1-rank baseline.
+    assert sorted(os.listdir(run_dir)) == ["metrics.jsonl", "profile", "summary.json", "tb",
+                                           "timeline.json"]
+    assert len(os.listdir(run_dir / "tb")) == 1 and os.path.getsize(run_dir / "timeline.json") > 0
+    assert os.listdir(cwd) == [] and not (tmp_path / "cache.json").exists()
+    assert any(f.endswith(".xplane.pb") for _, _, fs in os.walk(run_dir / "profile") for f in fs)
+
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [20, 40, 60, 80]
+    for r in train:
+        parts = r["seconds_per_step"]
+        measured = sum(v for k, v in parts.items() if k != "other")
+        assert abs(r["step_s"] - measured) <= 0.05 * r["step_s"], (r["step"], parts)
+        assert len(r["samples_per_sec_per_rank"]) == 2 and r["efficiency"] > 0
+    assert {"compute", "comm", "optimizer", "data"} <= set(train[-1]["seconds_per_step"])
+    assert "efficiency" in proc.stderr and "/rank" in proc.stderr
+
+    report = run_cli([sys.executable, "-m", "horovod_train.report", str(run_dir)], timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "samples/s" in report.stdout and "comm %" in report.stdout
+    for name in ("throughput.png", "breakdown.png"):
+        assert os.path.getsize(run_dir / name) > 1000
