@@ -14,6 +14,7 @@ OPTIMIZERS = ("adam", "sgd")
 COLLECTIVES = ("auto", "ring", "nccl")
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 COMPRESSIONS = ("none", "fp16", "bf16")
+PROGRESS_MODES = ("auto", "bar", "lines")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,11 +142,18 @@ class RuntimeConfig:
     fusion_threshold_mb: float = 0.0  # horovod: 0 = Horovod's default (128 MiB)
     cycle_time_ms: float = 0.0  # horovod: 0 = Horovod's default, or 5 on shared CPU cores
     hierarchical_allreduce: bool = False  # horovod: intra-node then inter-node
+    elastic: bool = False  # horovod under horovodrun --min-np/--max-np: ranks may come and go
+    elastic_commit_every: int = 10  # steps between in-memory commits (steps redone on a loss)
 
     def __post_init__(self):
         check_choice("--backend", self.backend, BACKENDS)
         check_choice("--collective", self.collective, COLLECTIVES)
         check_positive("--collective_timeout_s", self.collective_timeout_s)
+        check_positive("--elastic_commit_every", self.elastic_commit_every)
+        if self.elastic and self.backend not in ("auto", "horovod"):
+            raise usage_error("--elastic", f"with --backend={self.backend}",
+                              "--backend=horovod (elastic training is Horovod's)",
+                              "drop --elastic, or pass --backend=horovod")
         if not 1024 <= self.mwms_port_base <= 65000:
             raise usage_error("--mwms_port_base", self.mwms_port_base, "a port in 1024..65000",
                               "pass --mwms_port_base=12345")
@@ -156,6 +164,46 @@ class RuntimeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ObserveConfig:
+    """What the chief records about where the time goes (docs/observability.md)."""
+    run_dir: str | None = None  # metrics.jsonl, tb/, profile/, timeline.json, summary.json
+    instrument: bool = True  # the sampled split step, TensorBoard, metrics.jsonl, NVML
+    profile_steps: str = ""  # "a,b": TF profiler trace of steps a..b (1-based, inclusive)
+    # Horovod's timeline at run_dir/timeline.json. Not `--timeline`: horovodrun parses the
+    # whole command line and rejects that as an ambiguous abbreviation of its own
+    # --timeline-filename / --timeline-mark-cycles, even after the training command.
+    horovod_timeline: bool = False
+    progress: str = "auto"  # auto = a bar only on an interactive terminal outside CI
+    baseline_samples_per_sec: float = 0.0  # one rank's figure; 0 = look it up in the cache
+    # Single-rank figures of earlier runs, keyed by config (observe/baseline.py); "" = off.
+    baseline_cache: str = "~/.cache/horovod_train/baselines.json"
+
+    def __post_init__(self):
+        check_choice("--progress", self.progress, PROGRESS_MODES)
+        if self.baseline_samples_per_sec < 0:
+            raise usage_error("--baseline_samples_per_sec", self.baseline_samples_per_sec,
+                              "0 (look up a stored figure) or one rank's samples/s",
+                              "pass the samples/s of a 1-rank run of the same config, or 0")
+        self.profile_window()  # validates
+        for flag, wanted in (("--horovod_timeline", self.horovod_timeline), ("--profile_steps", self.profile_steps)):
+            if wanted and not self.run_dir:
+                raise usage_error(flag, wanted, "a --run_dir to write into",
+                                  f"add --run_dir=DIR (e.g. runs/mine) or drop {flag}")
+
+    def profile_window(self) -> tuple[int, int] | None:
+        """(first, last) step of the profiler trace, or None."""
+        if not self.profile_steps:
+            return None
+        first, _, last = str(self.profile_steps).partition(",")
+        if not (first.strip().isdigit() and last.strip().isdigit()) or \
+                not 1 <= int(first) <= int(last):
+            raise usage_error("--profile_steps", self.profile_steps,
+                              "FIRST,LAST with 1 <= FIRST <= LAST, e.g. 20,25",
+                              "pass --profile_steps=20,25 (a few steps after warm-up)")
+        return int(first), int(last)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     model: str = "digits_cnn"
     data: DataConfig = DataConfig()
@@ -163,7 +211,8 @@ class RunConfig:
     train: TrainConfig = TrainConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     speed: SpeedConfig = SpeedConfig()
-    summary_json: str | None = None
+    observe: ObserveConfig = ObserveConfig()
+    summary_json: str | None = None  # default: run_dir/summary.json when --run_dir is set
     export_weights: str | None = None  # .npz of the final model weights (chief only)
 
     def __post_init__(self):
@@ -173,6 +222,16 @@ class RunConfig:
         from horovod_train.data import available_datasets
         check_choice("--model", self.model, models.available_models())
         check_choice("--dataset", self.data.dataset, available_datasets())
+        if self.runtime.elastic and self.train.checkpoint_dir:
+            raise usage_error("--elastic", f"with --checkpoint_dir={self.train.checkpoint_dir}",
+                              "one of the two: elastic runs keep their state in memory "
+                              "(commits), and step-numbered checkpoints assume a fixed world size",
+                              "drop --checkpoint_dir, or drop --elastic")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def summary_path(self) -> str | None:
+        if self.summary_json:
+            return self.summary_json
+        return os.path.join(self.observe.run_dir, "summary.json") if self.observe.run_dir else None

@@ -88,13 +88,38 @@ def define_flags():
     f.DEFINE_string("collective", _D.runtime.collective,
                     "mwms collectives: auto, ring (gRPC, CPUs) or nccl (GPUs).")
     f.DEFINE_float("collective_timeout_s", _D.runtime.collective_timeout_s,
-                   "mwms: seconds before a stuck collective or a missing peer fails the run.")
+                   "Seconds a rank waits for its peers (a step, an evaluation, the chief's "
+                   "checkpoint write) before it ends the run instead of hanging (exit 75).")
+    f.DEFINE_boolean("elastic", _D.runtime.elastic,
+                     "horovod: elastic training under horovodrun --min-np/--max-np "
+                     "--host-discovery-script; ranks may leave and join.")
+    f.DEFINE_integer("elastic_commit_every", _D.runtime.elastic_commit_every,
+                     "Steps between elastic commits; at most this many are redone on a loss.")
     f.DEFINE_integer("mwms_port_base", _D.runtime.mwms_port_base,
                      "mwms: worker ports when TF_CONFIG is derived (base + local rank).")
     f.DEFINE_string("summary_json", _D.summary_json,
                     "Write the run summary here (chief only).")
     f.DEFINE_string("export_weights", _D.export_weights,
                     "Write the final model weights here as .npz (chief only).")
+    # Observability (docs/observability.md).
+    o = _D.observe
+    f.DEFINE_string("run_dir", o.run_dir, "Chief writes metrics.jsonl, tb/ (TensorBoard), "
+                    "profile/, timeline.json and summary.json here.")
+    f.DEFINE_boolean("instrument", o.instrument, "Measure the step breakdown and write the "
+                     "run_dir records; --noinstrument = fused steps only (benchmarks).")
+    f.DEFINE_string("profile_steps", o.profile_steps,
+                    "FIRST,LAST: capture a TF profiler trace of these steps into run_dir/profile.")
+    f.DEFINE_boolean("horovod_timeline", o.horovod_timeline,
+                     "horovod: write Horovod's timeline to run_dir/timeline.json.")
+    f.DEFINE_string("progress", o.progress,
+                    "auto, bar or lines. auto = a bar with ETA on an interactive terminal "
+                    "(not under CI), plain lines otherwise.")
+    f.DEFINE_float("baseline_samples_per_sec", o.baseline_samples_per_sec,
+                   "One rank's samples/s for scaling efficiency; 0 = a stored 1-rank figure "
+                   "of the same config, if any.")
+    f.DEFINE_string("baseline_cache", o.baseline_cache,
+                    "JSON file of stored 1-rank figures (read and written with --run_dir); "
+                    "'' = off.")
 
 
 def config_from_flags(fv) -> cfg.RunConfig:
@@ -126,12 +151,19 @@ def config_from_flags(fv) -> cfg.RunConfig:
                                   mwms_port_base=fv.mwms_port_base,
                                   fusion_threshold_mb=fv.fusion_threshold_mb,
                                   cycle_time_ms=fv.cycle_time_ms,
-                                  hierarchical_allreduce=fv.hierarchical_allreduce),
+                                  hierarchical_allreduce=fv.hierarchical_allreduce,
+                                  elastic=fv.elastic,
+                                  elastic_commit_every=fv.elastic_commit_every),
         speed=cfg.SpeedConfig(precision=fv.precision, grad_accum_steps=fv.grad_accum_steps,
                               gradient_checkpointing=fv.gradient_checkpointing,
                               compression=fv.compression,
                               max_nonfinite_steps=fv.max_nonfinite_steps,
                               inject_nonfinite=fv.inject_nonfinite),
+        observe=cfg.ObserveConfig(run_dir=fv.run_dir, instrument=fv.instrument,
+                                  profile_steps=fv.profile_steps, horovod_timeline=fv.horovod_timeline,
+                                  progress=fv.progress,
+                                  baseline_samples_per_sec=fv.baseline_samples_per_sec,
+                                  baseline_cache=fv.baseline_cache),
         summary_json=fv.summary_json,
         export_weights=fv.export_weights,
     )

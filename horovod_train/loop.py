@@ -11,7 +11,7 @@ import keras
 from absl import logging
 
 import models
-from horovod_train import backends, checkpoint, env, metrics, runtime
+from horovod_train import backends, checkpoint, env, metrics, observe, runtime, watchdog
 from horovod_train import data as data_lib
 from horovod_train.data import sharding
 from horovod_train.errors import UsageError
@@ -29,14 +29,24 @@ class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
         frac = keras.ops.minimum(keras.ops.cast(step, "float32") / self.warmup_steps, 1.0)
         return self.base + (self.scaled - self.base) * frac
 
+    def value_at(self, step: int) -> float:
+        """The rate at optimizer step `step`, in Python: reading it through the
+        optimizer runs a dozen eager ops (~1 ms) per logging interval."""
+        if self.warmup_steps <= 0:
+            return self.scaled
+        return self.base + (self.scaled - self.base) * min(step / self.warmup_steps, 1.0)
+
     def get_config(self):
         return {"base": self.base, "scaled": self.scaled, "warmup_steps": self.warmup_steps}
 
 
-def make_optimizer(optim, world_size: int, steps_per_epoch: int):
+def lr_schedule(optim, world_size: int, steps_per_epoch: int) -> WarmupScaledRate:
     scaled = optim.learning_rate * (world_size if optim.scale_lr else 1)
-    schedule = WarmupScaledRate(optim.learning_rate, scaled,
-                                int(optim.warmup_epochs * steps_per_epoch))
+    return WarmupScaledRate(optim.learning_rate, scaled, int(optim.warmup_epochs * steps_per_epoch))
+
+
+def make_optimizer(optim, world_size: int, steps_per_epoch: int):
+    schedule = lr_schedule(optim, world_size, steps_per_epoch)
     if optim.optimizer == "sgd":
         return keras.optimizers.SGD(schedule, momentum=optim.momentum)
     return keras.optimizers.Adam(schedule)
@@ -75,16 +85,27 @@ def _build(config, backend, data, steps_per_epoch):
         optimizer = make_optimizer(config.optim, backend.info.size, steps_per_epoch)
         optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
-    backend.broadcast_variables(list(model.variables) + list(optimizer.variables))
+    # Elastic runs do it in their first sync instead: a rank that joins later must not
+    # call a collective the running ranks are not calling.
+    if not config.runtime.elastic:
+        backend.broadcast_variables(list(model.variables) + list(optimizer.variables))
     return model, optimizer
 
 
 class _Trainer:
     """Holds the per-run state of the epoch loop so its helpers stay short."""
 
-    def __init__(self, config, backend, data, model, optimizer, per_epoch, total):
+    def __init__(self, config, backend, data, model, optimizer, per_epoch, total,
+                 observer=None):
         from horovod_train.step import StepOptions, TrainStep
         self.config, self.backend, self.data = config, backend, data
+        self.observer = observer or observe.NullObserver()
+        self.instrument = config.observe.instrument
+        self.lr = lr_schedule(config.optim, backend.info.size, per_epoch)  # for the records
+        self.gpu = None
+        if self.instrument:  # every rank samples its own GPU; the chief gets the mean
+            from horovod_train.observe.nvml import GpuSampler
+            self.gpu = GpuSampler(backend.info.local_rank)
         self.model, self.per_epoch, self.total = model, per_epoch, total
         speed = config.speed
         self.step = TrainStep(model, optimizer, backend, StepOptions(
@@ -102,6 +123,9 @@ class _Trainer:
         self.meter = metrics.IntervalMeter()
         self.last_parts = None  # shares of the latest sampled step, reused until the next
         self.timed_calls = 0
+        # Bounds every wait on peers once training runs (see watchdog.py); started by run().
+        self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
+                                              backend.info.rank)
 
     def _batches(self, epochs: int, start_step: int = 0):
         """One iterator over every epoch's shard, concatenated.
@@ -127,11 +151,12 @@ class _Trainer:
         return iter(self.backend.distribute_dataset(all_epochs))
 
     def _one_step(self, batch_iter):
+        self.observer.before_step(self.global_step + 1)
         t0 = time.perf_counter()
         x, y = next(batch_iter)
         t1 = time.perf_counter()
         poison = self.step.poison(self.global_step + 1, self.backend.info.rank)
-        if self.backend.supports_split_step and \
+        if self.instrument and self.backend.supports_split_step and \
                 (self.global_step + 1) % self.config.train.log_every == 0:
             loss, finite, parts = self.step.timed(x, y, poison)
             # The first timed call traces three functions: its split says nothing.
@@ -148,7 +173,11 @@ class _Trainer:
             self.train_samples += batch
         else:  # this process's first step (traced): timed out, collectives counted
             self.collectives_per_step = self.step.collective_ops_per_step(x, y)
+            # Inspecting the graph is set-up, not training: off the interval's clock.
+            self.meter.excluded_s += time.perf_counter() - t2
         self.global_step += 1
+        self.watchdog.beat(self.global_step)
+        self.observer.after_step(self.global_step)
         self._check_finite(finite > 0.5)
 
     def _check_finite(self, finite: bool):
@@ -169,27 +198,49 @@ class _Trainer:
                 f"add --warmup_epochs")
 
     def _log_interval(self):
-        m, self.meter = self.meter, metrics.IntervalMeter()
-        import tensorflow as tf
-        seconds = m.data_s + m.step_s
-        stats = self.backend.allreduce_mean(tf.constant(
-            [m.loss_sum / max(m.steps, 1), m.samples / max(seconds, 1e-9)], tf.float64)).numpy()
-        loss, rate = float(stats[0]), float(stats[1]) * self.backend.info.size
+        """Every rank: one gather of [loss, samples/s, GPU figures] per rank; the chief's
+        observer prints and records the result, everyone else's does nothing."""
+        from horovod_train.observe.nvml import combine
+        m = self.meter
+        gpu = self.gpu.sample() if self.gpu else [0.0, 0.0, 0.0]
+        before = time.perf_counter()
+        rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
+        # The gather waits for the slowest rank (e.g. one still tracing): that wait is
+        # this interval's, shown as "sync".
+        now = time.perf_counter()
+        m.sync_s = now - before
+        self.meter = metrics.IntervalMeter(started=now)
+        loss = float(rows[:, 0].mean())
         self.loss_history.append((self.global_step, loss))
-        breakdown = m.breakdown(self.last_parts)
-        logging.info(metrics.format_line(self.global_step, self.total, loss, rate, breakdown))
+        gpu_util, gpu_mem = combine(rows[:, 2:5].tolist())
+        self.observer.interval({
+            "step": self.global_step, "total_steps": self.total, "steps": m.steps,
+            "loss": loss, "samples_per_sec": float(rows[:, 1].sum()),
+            "samples_per_sec_per_rank": [float(r) for r in rows[:, 1]],
+            # This rank's (the chief's) clocks; the split from the latest sampled step.
+            "seconds_per_step": m.seconds_per_step(self.last_parts if self.instrument else None,
+                                                   now),
+            "sampled_split_s": self.last_parts if self.instrument else None,
+            "learning_rate": self.lr.value_at(self.global_step - self.skipped_steps),
+            "loss_scale": float(self.step.loss_scale.scale.numpy()),
+            "gpu_util_pct": gpu_util, "gpu_mem_mib": gpu_mem})
 
     def _evaluate(self, label):
         from horovod_train.step import evaluate
         # Evaluation runs outside any strategy.run, on this rank's plain shard; the
         # counts are summed over ranks afterwards.
+        started = time.perf_counter()
         info = self.backend.info
         ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
         accuracy, loss, count = evaluate(self.model, ds, self.backend)
         self.accuracy_history.append((self.global_step, accuracy))
         self.eval_loss_history.append((self.global_step, loss))
-        logging.info("eval  | %s | step %d | test accuracy %.4f | test loss %.4f on %d predictions",
-                     label, self.global_step, accuracy, loss, count)
+        self.observer.evaluation(label, {"step": self.global_step, "accuracy": accuracy,
+                                         "loss": loss, "count": count,
+                                         "seconds": time.perf_counter() - started})
+        # Evaluation and its report are not training time.
+        self.meter.excluded_s += time.perf_counter() - started
+        self.watchdog.beat(self.global_step)
         return accuracy
 
     def train(self, checkpointer):
@@ -201,6 +252,7 @@ class _Trainer:
         if self.global_step >= self.total:
             return self._evaluate("final")
         batch_iter = self._batches(epochs, self.global_step)
+        self.meter = metrics.IntervalMeter()  # the clock starts with the first step
         for epoch in range(self.global_step // self.per_epoch, epochs):
             while self.global_step < min((epoch + 1) * self.per_epoch, self.total):
                 self._one_step(batch_iter)
@@ -208,11 +260,21 @@ class _Trainer:
                         self.global_step == self.total:
                     self._log_interval()
                 checkpointer.maybe_save(self.global_step, last=self.global_step == self.total)
+                self.watchdog.beat(self.global_step)
             if self.global_step >= self.total:
                 break
             if every and (epoch + 1) % every == 0:
                 self._evaluate(f"epoch {epoch + 1}")
         return self._evaluate("final")
+
+
+def _train(config, trainer, state, num_examples) -> tuple[float, dict]:
+    """(final accuracy, extra summary facts): elastic, or with checkpoints."""
+    if config.runtime.elastic:
+        from horovod_train import elastic  # imports horovod: only when asked for
+        return elastic.train(trainer, state, num_examples, config.runtime.elastic_commit_every)
+    checkpointer = checkpoint.Checkpointer(config, trainer.backend, state, trainer.per_epoch)
+    return trainer.train(checkpointer), {}
 
 
 def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
@@ -248,6 +310,17 @@ def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
     }
 
 
+def _timeline_path(config, launch) -> str | None:
+    """run_dir/timeline.json when --horovod_timeline; Horovod opens it inside hvd.init(), so
+    the launcher's rank 0 (Horovod's coordinator, which alone writes it) makes the
+    directory first."""
+    if not config.observe.horovod_timeline:
+        return None
+    if launch.rank == 0:
+        os.makedirs(config.observe.run_dir, exist_ok=True)
+    return os.path.join(config.observe.run_dir, "timeline.json")
+
+
 def run(config) -> dict:
     """Trains per `config` on this process's rank; returns the run summary."""
     wall_start = time.perf_counter()
@@ -259,7 +332,8 @@ def run(config) -> dict:
                               port_base=rt.mwms_port_base, compression=config.speed.compression,
                               fusion_threshold_mb=rt.fusion_threshold_mb or None,
                               cycle_time_ms=rt.cycle_time_ms or None,
-                              hierarchical_allreduce=rt.hierarchical_allreduce)
+                              hierarchical_allreduce=rt.hierarchical_allreduce,
+                              timeline_path=_timeline_path(config, launch))
     intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)
@@ -269,16 +343,27 @@ def run(config) -> dict:
     if getattr(backend, "chosen_env", None):
         logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
                      backend.chosen_env)
+    if config.observe.horovod_timeline and not getattr(backend, "timeline_path", None):
+        logging.warning("timeline | --horovod_timeline is Horovod's own; backend %s writes none",
+                        backend_name)
     data = data_lib.load(config.data)
     per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
     model, optimizer = _build(config, backend, data, per_epoch)
-    trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total)
-    scale = trainer.step.loss_scale
-    state = list(model.weights) + list(optimizer.variables) + [scale.scale, scale.good_steps]
-    accuracy = trainer.train(checkpoint.Checkpointer(config, backend, state, per_epoch))
-    summary = _summary(config, backend, trainer, accuracy, wall_start, backend_name)
-    if info.is_chief and config.summary_json:
-        metrics.write_json_atomic(config.summary_json, summary)
+    observer = observe.create(config, info.is_chief, info.size, total, {
+        "world_size": info.size, "backend": backend_name, "model": config.model,
+        "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
+        "total_steps": total, "steps_per_epoch": per_epoch,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total, observer)
+    state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
+    trainer.watchdog.start()
+    accuracy, facts = _train(config, trainer, state, data.num_train_examples)
+    summary = dict(_summary(config, backend, trainer, accuracy, wall_start, backend_name), **facts)
+    trainer.watchdog.stop()
+    info = backend.info  # an elastic ring may have re-formed with another chief
+    observer.close(summary)
+    if info.is_chief and config.summary_path():
+        metrics.write_json_atomic(config.summary_path(), summary)
     if info.is_chief and config.export_weights:
         metrics.write_npz_atomic(config.export_weights, model.weights)
     logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",

@@ -32,6 +32,10 @@ def configure_determinism(config):
 
 
 def quiet_non_chief(is_chief: bool):
-    """Only the chief talks; other ranks keep warnings and errors."""
-    if not is_chief:
-        logging.set_verbosity(logging.WARNING)
+    """Only the chief talks; other ranks keep warnings and errors. Called again when
+    an elastic ring re-forms, since the chief may then be another process."""
+    _chief_verbosity.setdefault("level", logging.get_verbosity())  # the user's --verbosity
+    logging.set_verbosity(_chief_verbosity["level"] if is_chief else logging.WARNING)
+
+
+_chief_verbosity = {}

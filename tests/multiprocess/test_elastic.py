@@ -1,0 +1,97 @@
+"""Elastic Horovod with real ranks: a host is lost mid-run (its rank SIGKILLed and the
+host gone from discovery), training goes on at the smaller size, the host comes
+back, the ring grows again, and the run ends with identical weights on every rank
+without losing a committed step.
+
+Three "hosts" on one machine: `localhost` (2 slots) and `127.0.0.1` (1 slot) are two
+names Horovod's driver treats as different hosts, both local, so no ssh is needed.
+"""
+import os
+import re
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+
+from ranks import BIN, TRAIN, assert_ranks_identical, rank_pid, start_job
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("horovod.tensorflow")
+ALL_HOSTS = "localhost:2\n127.0.0.1:1\n"
+COMMIT_EVERY = 5
+
+
+def _discovery(tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(ALL_HOSTS)
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    return hosts, script
+
+
+class Log:
+    """The job's merged output, collected by a thread as it comes."""
+
+    def __init__(self, proc):
+        self.proc, self.lines = proc, []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(proc.stdout), daemon=True)
+        self.reader.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(list(self.lines))
+
+    def wait_for(self, pattern, count=1, timeout=240) -> str:
+        deadline = time.monotonic() + timeout
+        while len(re.findall(pattern, self.text)) < count:
+            if self.proc.poll() is not None and not self.reader.is_alive():
+                raise AssertionError(f"job ended ({self.proc.returncode}) before {pattern!r}:\n"
+                                     f"{self.text[-5000:]}")
+            assert time.monotonic() < deadline, f"no {pattern!r} in {timeout} s:\n{self.text[-5000:]}"
+            time.sleep(0.1)
+        return self.text
+
+    def finish(self, timeout=300):
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.reader.join(timeout=10)
+        return self.proc.returncode
+
+
+def test_elastic_shrinks_on_a_lost_host_grows_back_and_ends_identical(tmp_path):
+    hosts, script = _discovery(tmp_path)
+    run_dir, tag = tmp_path / "run", uuid.uuid4().hex
+    argv = [os.path.join(BIN, "horovodrun"), "-np", "3", "--min-np", "1", "--max-np", "3",
+            "--host-discovery-script", str(script), "--blacklist-cooldown-range", "1", "2",
+            "--gloo", *TRAIN, "--elastic", f"--elastic_commit_every={COMMIT_EVERY}",
+            "--epochs=100", "--max_steps=450", "--log_every=5", "--eval_every_epochs=0",
+            "--model=digits_mlp", "--collective_timeout_s=120",
+            f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
+    log = Log(start_job(argv, tag))
+    log.wait_for(r"ring of 3 ranks")
+    log.wait_for(r"elastic \| committed step (\d+)", count=4)
+    # The host 127.0.0.1 goes away: out of discovery, and its rank dies mid-interval.
+    os.kill(rank_pid(tag, 0, env_match="HOROVOD_HOSTNAME=127.0.0.1"), signal.SIGKILL)
+    hosts.write_text("localhost:2\n")
+    text = log.wait_for(r"ring of 2 ranks")
+    committed_before = [int(s) for s in re.findall(r"committed step (\d+)", text)]
+    rolled_back = int(re.search(r"rolled back to the commit at step (\d+)", text).group(1))
+    assert rolled_back == committed_before[-1]  # nothing committed was lost
+    log.wait_for(r"elastic \| committed step (\d+)", count=len(committed_before) + 3)
+    hosts.write_text(ALL_HOSTS)  # the host is back
+    log.wait_for(r"ring of 3 ranks", count=2)
+    assert log.finish() == 0, log.text[-5000:]
+    import json
+    with open(run_dir / "summary.json") as f:
+        summary = json.load(f)
+    sizes = [size for _, size in summary["elastic_resizes"]]
+    assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, sizes
+    assert summary["steps"] == 450 and summary["world_size"] == 3
+    assert_ranks_identical(summary, run_dir, 3)
+    print(f"\n[fault figures] elastic: sizes {sizes}; rolled back to committed step {rolled_back}")
