@@ -9,7 +9,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup train test test-fast clean
+.PHONY: setup train test test-fast bench clean
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -30,6 +30,11 @@ test: setup
 # The fast tier alone: no test that starts several ranks.
 test-fast: setup
 	python -m pytest -m "not slow" tests
+
+# The short version of every benchmark figure (issue 12): tables on stdout, JSON in
+# runs/bench/, the plot in docs/benchmarks.png. Full version: python bench/run_all.py
+bench: setup
+	python bench/run_all.py --short
 
 clean:
 	rm -rf runs .pytest_cache build *.egg-info

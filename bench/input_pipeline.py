@@ -1,21 +1,20 @@
-"""Input-pipeline headroom benchmark (a script, not a timed test).
+"""M6 / issue 4: input-pipeline headroom, measured through the loop's own iterator.
 
-    python bench/input_pipeline.py [--batch_size=32] [--consumer_rate=400] [--skip_resnet]
+    python bench/input_pipeline.py [--short] [--profile] [--out runs/bench/m6_input.json]
 
-For each case it prints
-  pipeline ex/s   examples/s the input pipeline delivers alone (nothing consumes them),
-  consumer ex/s   examples/s the training step consumes when fed from memory,
-  headroom        pipeline / consumer (target >= 3x),
-  data wait       share of step time spent waiting in next() when the pipeline
-                  feeds the consumer for real (target < 5%): over the whole run, which
-                  includes starting a new pipeline at every epoch (about 0.1 s of
-                  tf.data set-up: a lot next to digits' 0.3 s epochs, nothing next to
-                  a real dataset's), and within epochs only.
-Cases: the default model (digits_cnn) on the bundled digits in memory and converted
-to TFRecord; a ResNet-sized pipeline (224x224x3 JPEG TFRecord, decoded to float32)
-feeding ResNet-50 on this machine's CPU, and feeding a simulated accelerator that
-consumes --consumer_rate images/s (it sleeps, leaving the CPU to the pipeline, as a
-GPU would). Everything runs in one process on the cores it is given.
+The training loop reads every epoch through ONE iterator over the epochs' datasets,
+concatenated (loop._Trainer._batches); this script builds its batches with that very
+method, so set-up costs are paid as training pays them. Per case:
+  pipeline ex/s   examples/s of that iterator alone (nothing consumes them);
+  consumer ex/s   examples/s the train step consumes from batches already in memory;
+  headroom        pipeline / consumer (target >= 3x);
+  data wait       share of wall time spent in next() when the iterator feeds the step
+                  for real (target < 5%).
+Cases: the default model (digits_cnn) on the bundled digits, in memory and as
+TFRecord; a ResNet-sized pipeline (224x224x3 JPEG TFRecord, decoded to float32)
+feeding (a) a simulated accelerator that consumes --consumer_rate img/s and sleeps,
+leaving the CPUs to the pipeline as a GPU would, and (b) ResNet-50 on this CPU.
+--profile adds the tf.data settings sweep for the JPEG pipeline.
 """
 import argparse
 import io
@@ -23,31 +22,75 @@ import os
 import sys
 import tempfile
 import time
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+from bench import common  # noqa: E402
 
 WARMUP_BATCHES = 3  # tracing and the first file opens are not throughput
+TARGET_HEADROOM, TARGET_WAIT = 3.0, 0.05
 
 
-def _tf():
-    import tensorflow as tf
-    return tf
+class _OneRank:
+    """The slice of a backend that _Trainer._batches uses, with optional extra tf.data
+    options laid over the pipeline's own (for the profile sweep)."""
+
+    def __init__(self, options=None):
+        self.options = options
+
+    def distribute_dataset(self, dataset_fn):
+        from horovod_train.data.sharding import ShardInfo
+        ds = dataset_fn(ShardInfo(0, 1))
+        return ds.with_options(self.options) if self.options is not None else ds
 
 
-def pipeline_rate(dataset_fn, batch_size: int, batches: int) -> float:
-    """Examples/s of the pipeline alone, re-creating it per epoch as the loop does."""
-    done, epoch, start = -WARMUP_BATCHES, 0, None
-    while done < batches:
-        for _ in dataset_fn(epoch):
-            done += 1
-            if done == 0:
-                start = time.perf_counter()
-            if done >= batches:
-                break
-        epoch += 1
+def loop_batches(source, batch_size: int, threads: int, batches: int, options=None):
+    """The training loop's iterator over enough epochs of `source` for `batches` batches
+    (epoch boundaries included), built by the loop's own method."""
+    from horovod_train import loop
+    from horovod_train.data import sharding
+    per_epoch = sharding.steps_per_epoch(source.num_train_examples, batch_size, 1)
+    cfg = types.SimpleNamespace(
+        data=types.SimpleNamespace(batch_size=batch_size, data_threads=threads),
+        speed=types.SimpleNamespace(grad_accum_steps=1), runtime=types.SimpleNamespace(seed=0))
+    trainer = types.SimpleNamespace(config=cfg, data=source, backend=_OneRank(options),
+                                    per_epoch=per_epoch)
+    return loop._Trainer._batches(trainer, 1 + (batches + WARMUP_BATCHES) // per_epoch)
+
+
+def pipeline_rate(make_iter, batch_size: int, batches: int) -> float:
+    it = make_iter()
+    for _ in range(WARMUP_BATCHES):
+        next(it)
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(it)
     return batches * batch_size / (time.perf_counter() - start)
+
+
+def consumer_rate(step, batches_in_memory, batch_size: int, steps: int) -> float:
+    for x, y in batches_in_memory[:2]:
+        step(x, y)  # tracing
+    start = time.perf_counter()
+    for i in range(steps):
+        step(*batches_in_memory[i % len(batches_in_memory)])
+    return steps * batch_size / (time.perf_counter() - start)
+
+
+def fed_wait_share(step, make_iter, steps: int) -> float:
+    """Share of wall time spent waiting in next() while the loop's iterator feeds `step`."""
+    it = make_iter()
+    for _ in range(WARMUP_BATCHES):
+        step(*next(it))
+    wait = total = 0.0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        x, y = next(it)
+        t1 = time.perf_counter()
+        step(x, y)
+        wait, total = wait + t1 - t0, total + time.perf_counter() - t0
+    return wait / total
 
 
 def _train_step(model_name: str, input_shape, num_classes: int):
@@ -66,52 +109,20 @@ def _train_step(model_name: str, input_shape, num_classes: int):
     return lambda x, y: float(step.fused(x, y, no_fault)[0])  # (loss, finite)
 
 
-def consumer_rate(step, batches_in_memory, batch_size: int, steps: int) -> float:
-    """Examples/s the train step consumes from batches already in memory."""
-    for x, y in batches_in_memory[:2]:
-        step(x, y)  # tracing
-    start = time.perf_counter()
-    for i in range(steps):
-        x, y = batches_in_memory[i % len(batches_in_memory)]
-        step(x, y)
-    return steps * batch_size / (time.perf_counter() - start)
+def case(label, source, step, consume, batch, args, steps=None) -> dict:
+    need = max(args.steps, steps or 0) + WARMUP_BATCHES
+    make = lambda: loop_batches(source, batch, args.threads, need)  # noqa: E731
+    produce = pipeline_rate(make, batch, args.steps)
+    wait = fed_wait_share(step, make, steps or args.steps)
+    row = {"case": label, "pipeline": produce, "consumer": consume,
+           "headroom": produce / consume, "data_wait": wait}
+    print(f"  {label}: pipeline {produce:.0f} ex/s, consumer {consume:.1f} ex/s, headroom "
+          f"{produce / consume:.1f}x, data wait {100 * wait:.1f}%", flush=True)
+    return row
 
 
-def fed_wait_share(step, dataset_fn, steps: int) -> tuple[float, float]:
-    """Shares of step time spent waiting for data when the pipeline feeds `step`:
-    (over the run, including each epoch's pipeline start; within epochs only)."""
-    wait = total = first_wait = first_total = 0.0
-    it, epoch, done, in_epoch = iter(dataset_fn(0)), 0, -WARMUP_BATCHES, 0
-    while done < steps:
-        t0 = time.perf_counter()
-        try:
-            x, y = next(it)
-        except StopIteration:
-            epoch, in_epoch = epoch + 1, 0
-            it = iter(dataset_fn(epoch))  # as the loop does: a new pipeline per epoch
-            x, y = next(it)
-        t1 = time.perf_counter()
-        step(x, y)
-        t2 = time.perf_counter()
-        done, in_epoch = done + 1, in_epoch + 1
-        if done > 0:
-            wait, total = wait + t1 - t0, total + t2 - t0
-            if in_epoch == 1:
-                first_wait, first_total = first_wait + t1 - t0, first_total + t2 - t0
-    return wait / total, (wait - first_wait) / max(total - first_total, 1e-9)
-
-
-def report(label: str, produce: float, consume: float, waits: tuple) -> None:
-    print(f"{label:<50} {produce:>9.0f} {consume:>9.1f} {produce / consume:>8.1f}x "
-          f"{100 * waits[0]:>8.1f}% {100 * waits[1]:>8.1f}%", flush=True)
-
-
-def _shard():
-    from horovod_train.data.sharding import ShardInfo
-    return ShardInfo(0, 1)
-
-
-def digits_cases(tmp: str, args) -> None:
+def digits_cases(tmp: str, args) -> list:
+    import numpy as np
     from horovod_train import config as cfg
     from horovod_train import data
     from horovod_train.data import convert, sources
@@ -124,17 +135,16 @@ def digits_cases(tmp: str, args) -> None:
     tfrecord = data.load(cfg.DataConfig(dataset="tfrecord", data_dir=os.path.join(tmp, "digits")))
     step = _train_step("digits_cnn", (8, 8, 1), 10)
     b = args.batch_size
-    in_memory = list(digits.train_dataset(_shard(), b, 0, 0))
+    in_memory = list(loop_batches(digits, b, args.threads, 1))
     consume = consumer_rate(step, in_memory, b, args.steps)
-    for label, source in (("digits in memory -> digits_cnn", digits),
-                          ("digits TFRecord (4 files) -> digits_cnn", tfrecord)):
-        fn = (lambda s: lambda epoch: s.train_dataset(_shard(), b, 0, epoch, args.threads))(source)
-        report(label, pipeline_rate(fn, b, args.steps), consume, fed_wait_share(step, fn, args.steps))
+    return [case("digits in memory -> digits_cnn", digits, step, consume, b, args),
+            case("digits TFRecord (4 files) -> digits_cnn", tfrecord, step, consume, b, args)]
 
 
 def _jpeg_folders(tmp: str, count: int) -> str:
     """224x224 RGB JPEGs in class folders: smooth shapes plus noise, about the size of
     real photos at this resolution (not the flat colours that compress to nothing)."""
+    import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
     root = os.path.join(tmp, "jpegs")
@@ -151,56 +161,147 @@ def _jpeg_folders(tmp: str, count: int) -> str:
     return root
 
 
-def resnet_cases(tmp: str, args) -> None:
+def jpeg_source(tmp: str, count: int):
     from horovod_train import config as cfg
     from horovod_train import data
     from horovod_train.data import convert
-    root = _jpeg_folders(tmp, args.images)
     out = os.path.join(tmp, "imagenet_like")
-    convert.convert(convert.ConvertOptions(root, out, num_shards=8, eval_fraction=0.0,
-                                           progress=False))
-    source = data.load(cfg.DataConfig(dataset="tfrecord", data_dir=out, verify_data=False))
+    convert.convert(convert.ConvertOptions(_jpeg_folders(tmp, count), out, num_shards=8,
+                                           eval_fraction=0.0, progress=False))
+    return data.load(cfg.DataConfig(dataset="tfrecord", data_dir=out, verify_data=False))
+
+
+def resnet_cases(source, args) -> list:
     b = args.batch_size
-    fn = lambda epoch: source.train_dataset(_shard(), b, 0, epoch, args.threads)  # noqa: E731
-    produce = pipeline_rate(fn, b, args.steps)
     sleep = lambda x, y: time.sleep(b / args.consumer_rate)  # noqa: E731
-    report(f"224x224x3 JPEG TFRecord -> {args.consumer_rate:.0f} img/s accelerator*", produce, args.consumer_rate, fed_wait_share(sleep, fn, args.steps))
+    rows = [case(f"224x224x3 JPEG TFRecord -> {args.consumer_rate:.0f} img/s accelerator "
+                 "(simulated)", source, sleep, args.consumer_rate, b, args)]
     if not args.skip_resnet:
         step = _train_step(args.resnet, (224, 224, 3), 1000)
         small = args.resnet_batch
-        fn_small = lambda epoch: source.train_dataset(_shard(), small, 0, epoch)  # noqa: E731
-        batches = [next(iter(fn_small(0)))]
+        batches = [next(loop_batches(source, small, args.threads, 1))]
         consume = consumer_rate(step, batches, small, args.resnet_steps)
-        report(f"224x224x3 JPEG TFRecord -> {args.resnet} on this CPU",
-               pipeline_rate(fn_small, small, args.steps), consume,
-               fed_wait_share(step, fn_small, args.resnet_steps))
+        rows.append(case(f"224x224x3 JPEG TFRecord -> {args.resnet} on this CPU", source, step,
+                         consume, small, args, steps=args.resnet_steps))
+    return rows
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=150, help="batches timed per measurement")
-    parser.add_argument("--threads", type=int, default=0, help="--data_threads (0 = autotune)")
-    parser.add_argument("--images", type=int, default=2048, help="JPEGs in the ResNet-sized set")
-    parser.add_argument("--consumer_rate", type=float, default=400.0,
-                        help="images/s of the simulated accelerator (an assumed figure for "
-                             "ResNet-50 training on one GPU; pass your own)")
-    parser.add_argument("--resnet", default="resnet50")
-    parser.add_argument("--resnet_batch", type=int, default=8)
-    parser.add_argument("--resnet_steps", type=int, default=3)
-    parser.add_argument("--skip_resnet", action="store_true")
-    args = parser.parse_args(argv)
-    tf = _tf()
-    print(f"TensorFlow {tf.__version__}, {os.cpu_count()} CPUs, batch {args.batch_size}, "
-          f"data_threads {args.threads or 'autotune'}")
-    print(f"{'case':<50} {'pipeline':>9} {'consumer':>9} {'headroom':>9} "
-          f"{'data wait':>9} {'(in epoch)':>9}")
-    print(f"{'':<50} {'ex/s':>9} {'ex/s':>9}")
+def profile(source, args) -> list:
+    """JPEG pipeline alone under tf.data settings: where its time goes."""
+    import tensorflow as tf
+
+    def opts(**kw):
+        o = tf.data.Options()
+        for path, value in kw.items():
+            obj = o
+            *parents, leaf = path.split("__")
+            for p in parents:
+                obj = getattr(obj, p)
+            setattr(obj, leaf, value)
+        return o
+    variants = [
+        ("as shipped (autotune)", 0, None),
+        ("data_threads=1", 1, None),
+        ("data_threads=2", 2, None),
+        ("data_threads=4", 4, None),
+        ("max_intra_op_parallelism=1", 0, opts(threading__max_intra_op_parallelism=1)),
+        ("deterministic=False", 0, opts(deterministic=False)),
+    ]
+    rows, b = [], args.batch_size
+    for label, per_batch in (("records->decode f32->batch (as shipped, no shuffle)", False),
+                             ("records->decode u8->batch->f32 (proposed)", True)):
+        rate = pipeline_rate(lambda: iter(_decode_order(source, b, per_batch)), b, args.steps)
+        rows.append({"variant": label, "pipeline": rate})
+        print(f"  profile {label}: {rate:.0f} img/s", flush=True)
+    for label, threads, options in variants:
+        make = lambda: loop_batches(source, b, threads, args.steps, options)  # noqa: E731
+        rate = pipeline_rate(make, b, args.steps)
+        rows.append({"variant": label, "pipeline": rate})
+        print(f"  profile {label}: {rate:.0f} img/s", flush=True)
+    return rows
+
+
+def _decode_order(source, batch_size: int, per_batch_standardize: bool):
+    """The JPEG records decoded per example and batched; either standardized (uint8 ->
+    float32 / 255) per example, as the pipeline does today, or per batch: the batch
+    copy then moves a quarter of the bytes and the cast runs once, vectorized."""
+    import tensorflow as tf
+    from horovod_train.data import decode, pipeline
+    parse = decode.parser(source.schema)
+    full = decode.decoder(source.schema)
+
+    def u8(record):
+        features = parse(record)
+        image = tf.ensure_shape(tf.io.decode_image(features["image"], channels=3,
+                                                   expand_animations=False), source.schema.shape)
+        return image, features["label"]
+    records = source._records(source.train, range(len(source.train.paths)), 0).repeat()
+    if per_batch_standardize:
+        ds = records.map(u8, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+        ds = ds.map(decode.standardize, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = records.map(lambda r: full(parse(r)), num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size)
+    return ds.with_options(pipeline.dataset_options(0)).prefetch(tf.data.AUTOTUNE)
+
+
+def measure_with(args) -> dict:
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    result = {"tensorflow": tf.__version__, "batch_size": args.batch_size,
+              "data_threads": args.threads, "intra_op_threads": args.intra_op_threads,
+              "consumer_rate_assumed": args.consumer_rate}
     with tempfile.TemporaryDirectory() as tmp:
-        digits_cases(tmp, args)
-        resnet_cases(tmp, args)
-    print(f"* simulated: sleeps batch/{args.consumer_rate:.0f} s per step, leaving the CPUs to the "
-          "pipeline as a GPU would; --consumer_rate sets the rate.")
+        result["cases"] = digits_cases(tmp, args)
+        source = jpeg_source(tmp, args.images)
+        result["cases"] += resnet_cases(source, args)
+        if args.profile:
+            result["profile"] = profile(source, args)
+    return result
+
+
+def report(r: dict) -> str:
+    rows = [[c["case"], f"{c['pipeline']:.0f}", f"{c['consumer']:.1f}", f"{c['headroom']:.1f}x",
+             f"{100 * c['data_wait']:.1f}%"] for c in r["cases"]]
+    lines = [f"M6 input pipeline: batch {r['batch_size']}, data_threads "
+             f"{r['data_threads'] or 'autotune'}, intra-op threads {r['intra_op_threads'] or 'all'}"
+             f"; through the loop's one iterator",
+             common.table(["case", "pipeline ex/s", "consumer ex/s", "headroom", "data wait"],
+                          rows),
+             f"targets: headroom >= {TARGET_HEADROOM:g}x, data wait < {100 * TARGET_WAIT:g}%"]
+    if r.get("profile"):
+        lines += ["", "JPEG pipeline alone, tf.data settings:",
+                  common.table(["variant", "img/s"], [[p["variant"], f"{p['pipeline']:.0f}"]
+                                                      for p in r["profile"]])]
+    return "\n".join(lines)
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--short", action="store_true", help="the `make bench` version")
+    p.add_argument("--out", default=os.path.join(common.OUT_DIR, "m6_input.json"))
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=150, help="batches timed per measurement")
+    p.add_argument("--threads", type=int, default=0, help="--data_threads (0 = autotune)")
+    p.add_argument("--intra_op_threads", type=int, default=0, help="0 = all cores")
+    p.add_argument("--images", type=int, default=2048, help="JPEGs in the ResNet-sized set")
+    p.add_argument("--consumer_rate", type=float, default=400.0,
+                   help="img/s of the simulated accelerator (an assumed figure for ResNet-50 "
+                        "training on one GPU; pass your own)")
+    p.add_argument("--resnet", default="resnet50")
+    p.add_argument("--resnet_batch", type=int, default=8)
+    p.add_argument("--resnet_steps", type=int, default=3)
+    p.add_argument("--skip_resnet", action="store_true")
+    p.add_argument("--profile", action="store_true", help="sweep tf.data settings (JPEG)")
+    args = p.parse_args(argv)
+    if args.short:
+        args.steps, args.images, args.skip_resnet = 60, 512, True
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    common.run_figure("m6_input", lambda short: measure_with(args), report, args.short, args.out)
 
 
 if __name__ == "__main__":

@@ -11,27 +11,18 @@
 Every figure comes from a run made by this script; nothing is assumed.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = sys.executable
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
+ROOT, PY = common.ROOT, common.PY
 
 
 def _train(argv_prefix, flags) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "summary.json")
-        cmd = argv_prefix + [PY, "-m", "horovod_train", *flags, f"--summary_json={out}"]
-        proc = subprocess.run(cmd, env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0:
-            raise SystemExit(f"benchmark run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-        with open(out) as f:
-            return json.load(f)
+    return common.train(argv_prefix, flags, timeout=1800)[0]
 
 
 def precision_figures() -> dict:
@@ -44,8 +35,7 @@ def precision_figures() -> dict:
 
 
 def accumulation_figures() -> dict:
-    hvd = [os.path.join(os.path.dirname(PY), "horovodrun"), "-np", "2", "-H", "localhost:2",
-           "--gloo"]
+    hvd = common.launcher("gloo", 2)
     rows = {}
     for k in (1, 2, 4, 8):
         s = _train(hvd, ["--max_steps=6", "--log_every=3", "--eval_every_epochs=0",
@@ -82,11 +72,7 @@ print(json.dumps({"before_mb": before / 1024, "peak_mb": peak / 1024}))
 def memory_figures() -> dict:
     out = {}
     for ckpt in (0, 1):
-        proc = subprocess.run([PY, "-c", _MEMORY_CHILD, str(ckpt)], env=ENV, cwd=ROOT,
-                              capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0:
-            raise SystemExit(f"memory child failed:\n{proc.stderr[-3000:]}")
-        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        row = common.json_lines(common.run([PY, "-c", _MEMORY_CHILD, str(ckpt)], 1800))[-1]
         row["activation_mb"] = row["peak_mb"] - row["before_mb"]
         out["checkpointing" if ckpt else "plain"] = row
     out["activation_saving"] = 1 - out["checkpointing"]["activation_mb"] / out["plain"]["activation_mb"]
@@ -112,10 +98,7 @@ def main():
     for k, row in results.get("accumulation", {}).items():
         print(f"k={k}: {row['collective_ops_per_step']} collective op(s) per step, "
               f"global batch {row['global_batch']}, {row['samples_per_sec']:.0f} samples/s")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"written: {args.out}")
+    print(f"written: {common.write_json(args.out, results)}")
 
 
 if __name__ == "__main__":
