@@ -78,14 +78,18 @@ def test_elastic_shrinks_on_a_lost_host_grows_back_and_ends_identical(tmp_path):
     log.wait_for(r"elastic \| committed step (\d+)", count=4)
     # The host 127.0.0.1 goes away: out of discovery, and its rank dies mid-interval.
     os.kill(rank_pid(tag, 0, env_match="HOROVOD_HOSTNAME=127.0.0.1"), signal.SIGKILL)
+    t_kill = time.monotonic()
     hosts.write_text("localhost:2\n")
     text = log.wait_for(r"ring of 2 ranks")
+    shrink_s = time.monotonic() - t_kill
     committed_before = [int(s) for s in re.findall(r"committed step (\d+)", text)]
     rolled_back = int(re.search(r"rolled back to the commit at step (\d+)", text).group(1))
     assert rolled_back == committed_before[-1]  # nothing committed was lost
     log.wait_for(r"elastic \| committed step (\d+)", count=len(committed_before) + 3)
     hosts.write_text(ALL_HOSTS)  # the host is back
+    t_back = time.monotonic()
     log.wait_for(r"ring of 3 ranks", count=2)
+    grow_s = time.monotonic() - t_back
     assert log.finish() == 0, log.text[-5000:]
     import json
     with open(run_dir / "summary.json") as f:
@@ -94,4 +98,7 @@ def test_elastic_shrinks_on_a_lost_host_grows_back_and_ends_identical(tmp_path):
     assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, sizes
     assert summary["steps"] == 450 and summary["world_size"] == 3
     assert_ranks_identical(summary, run_dir, 3)
-    print(f"\n[fault figures] elastic: sizes {sizes}; rolled back to committed step {rolled_back}")
+    redone = max(int(s) for s in re.findall(r"train \| step (\d+)/", text)) - rolled_back
+    print(f"\n[fault figures] elastic: sizes {sizes}; kill -> ring of 2 in {shrink_s:.1f} s, "
+          f"rolled back to committed step {rolled_back} (~{redone} steps redone); host back -> "
+          f"ring of 3 in {grow_s:.1f} s")

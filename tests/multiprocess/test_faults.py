@@ -19,7 +19,7 @@ from ranks import (assert_ranks_identical, free_ports, horovodrun, mpirun, rank_
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.tensorflow")
-FLAGS = ["--epochs=100", "--max_steps=200", "--checkpoint_every=10", "--log_every=10", "--eval_every_epochs=0"]
+FLAGS = ["--epochs=100", "--max_steps=80", "--checkpoint_every=10", "--log_every=10", "--eval_every_epochs=0"]
 DETECT_BOUND_S = 30  # launchers see a dead child within a second or two; generous on 2 shared cores
 
 
@@ -51,7 +51,7 @@ def _relaunch_and_check(argv, run_dir, world, killed_output):
     match = re.search(r"resumed from step (\d+)", resumed["_stderr"])
     assert match, resumed["_stderr"][-3000:]
     resume_step = int(match.group(1))
-    assert resume_step >= 20 and resumed["steps"] == 200
+    assert resume_step >= 20 and resumed["steps"] == 80
     assert_ranks_identical(resumed, run_dir, world)
     return resume_step, max(0, _last_logged_step(killed_output) - resume_step)
 
@@ -95,3 +95,23 @@ def test_killed_mwms_worker_ends_the_survivor_with_a_named_task(tmp_path):
     assert "Traceback" not in out
     print(f"\n[fault figures] mwms x2 (TF_CONFIG workers): SIGKILL worker 1 -> worker 0 exited "
           f"75 in {detect_s:.1f} s")
+
+
+def test_stalled_rank_is_bounded_by_the_watchdog(tmp_path):
+    """SIGSTOP: the rank is alive, so the launcher sees nothing and its peer would wait
+    in the allreduce forever. The watchdog ends the peer after --collective_timeout_s."""
+    ckpt, tag, timeout_s = tmp_path / "ckpt", uuid.uuid4().hex, 10
+    flags = FLAGS + [f"--checkpoint_dir={ckpt}", f"--collective_timeout_s={timeout_s}"]
+    proc = start_job(horovodrun(2, "gloo", flags), tag)
+    pid, t_stop = _kill_after_checkpoint(proc, tag, ckpt, rank=1, sig=signal.SIGSTOP)
+    try:
+        out = _finish(proc, timeout_s + DETECT_BOUND_S)
+    finally:
+        os.kill(pid, signal.SIGKILL) if os.path.exists(f"/proc/{pid}") else None
+    ended_s = time.monotonic() - t_stop
+    assert proc.returncode != 0
+    assert re.search(r"rank 0: no training step finished for 10 s .* after step \d+", out), \
+        out[-4000:]
+    assert "Process 0 exit with status code 75" in out
+    print(f"\n[fault figures] horovodrun-gloo x2: SIGSTOP rank 1 -> watchdog ended rank 0 "
+          f"(exit 75), job over in {ended_s:.1f} s (timeout {timeout_s} s)")
