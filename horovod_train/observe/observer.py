@@ -12,6 +12,7 @@ import time
 from absl import logging
 
 from horovod_train.observe import baseline, progress
+from horovod_train.observe.writer import BackgroundWriter
 
 METRICS_FILE = "metrics.jsonl"
 BREAKDOWN_PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "other")
@@ -55,7 +56,7 @@ class ChiefObserver(NullObserver):
         self.started = time.perf_counter()
         self._steady = []  # (steps, samples/s) of the intervals after the first
         self._seen_interval = False
-        self._jsonl = self._tb = self._profile = None
+        self._jsonl = self._tb = self._profile = self._writer = None
         self._log_baseline(source)
         if self.run_dir and obs.instrument:
             self._open_sinks(dict(start_record, config_key=self.key,
@@ -83,10 +84,16 @@ class ChiefObserver(NullObserver):
         self._jsonl = open(os.path.join(self.run_dir, METRICS_FILE), "a")
         self._append(dict(start_record, kind="start"))
         self._tb = ScalarWriter(os.path.join(self.run_dir, "tb"), [TRAIN_TAGS, EVAL_TAGS])
+        self._writer = BackgroundWriter()
 
     def _append(self, record: dict):
         self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
         self._jsonl.flush()
+
+    def _write(self, record: dict, scalars: dict):
+        """On the writer thread: one metrics.jsonl line and its TensorBoard scalars."""
+        self._append(record)
+        self._tb.write(record["step"], scalars)
 
     def before_step(self, step: int):
         if self._profile:
@@ -117,24 +124,23 @@ class ChiefObserver(NullObserver):
             efficiency=eff, eta=progress.format_eta(record["eta_s"]))
         self.progress.line(line, record["step"], record["samples_per_sec"], step_s)
         if self._jsonl:
-            self._append(record)
-            self._tb.write(record["step"], _train_scalars(record))
+            self._writer.submit(self._write, record, _train_scalars(record))
 
     def evaluation(self, label: str, record: dict):
         self.progress.note(
             f"eval  | {label} | step {record['step']} | test accuracy {record['accuracy']:.4f} "
             f"| test loss {record['loss']:.4f} on {record['count']} predictions")
         if self._jsonl:
-            self._append(dict(record, kind="eval", label=label,
-                              time_s=time.perf_counter() - self.started))
-            self._tb.write(record["step"], {"eval/accuracy": record["accuracy"],
-                                            "eval/loss": record["loss"]})
+            self._writer.submit(self._write, dict(record, kind="eval", label=label,
+                                                  time_s=time.perf_counter() - self.started),
+                                {"eval/accuracy": record["accuracy"], "eval/loss": record["loss"]})
 
     def close(self, summary: dict):
         if self._profile:
             self._profile.stop()
         self.progress.close()
         if self._jsonl:
+            self._writer.close()  # every interval's record is on disk before "end"
             self._append({"kind": "end", "steps": summary["steps"],
                           "samples_per_sec": summary["samples_per_sec"],
                           "wall_seconds": summary["wall_seconds"],
