@@ -3,6 +3,7 @@
 `python -m horovod_train plan ...` is the cluster planner (TF-free).
 Bad input exits with code 2 and one line on stderr, never a traceback.
 """
+import os
 import sys
 
 from absl import app, flags
@@ -51,7 +52,10 @@ def _explain_or_raise(err: Exception):
     if lost is None:
         raise err
     print(f"horovod_train: stopped: {lost}", file=sys.stderr, flush=True)
-    sys.exit(watchdog.EXIT_PEER_LOST)
+    sys.stdout.flush()
+    # os._exit, not sys.exit: interpreter teardown after a broken collective can hang
+    # in TF's runtime or print tracebacks from half-closed pools; there is nothing to save.
+    os._exit(watchdog.EXIT_PEER_LOST)
 
 
 def run_main():
