@@ -93,15 +93,28 @@ def describe_peer_loss(err: BaseException) -> str | None:
     """A one-line account of `err` if it says a peer rank was lost, else None."""
     kind = type(err).__name__
     text = str(getattr(err, "message", None) or err)
-    collective = "orovod" in text or "ollective" in text
+    lines = _message_lines(text)
+    # Only the message itself decides: the node's Python stack TF appends names our
+    # own files (horovod_train/...), which says nothing about who failed.
+    collective = any("Horovod" in line or "ollective" in line for line in lines)
     if kind not in _PEER_ERRORS and not (kind in _HOROVOD_ERRORS and collective):
         return None
-    # The useful part of TF's messages is the first line; the rest is graph context.
-    detail = next((line.strip() for line in text.splitlines() if line.strip()), kind)
+    detail = lines[0] if lines else kind
     tasks = sorted(set(_task_names(text)))
     lost = f" (lost: {', '.join(tasks)})" if tasks else ""
     return (f"a peer rank was lost{lost}: {kind}: {detail[:300]}. Relaunch with the same "
             f"flags to resume from the newest checkpoint in --checkpoint_dir")
+
+
+# Lines of a TF error that are context, not the message: "Graph execution error:",
+# "Detected at node X defined at (most recent call last):", the stack's "File ..."
+# lines, and the "[[{{node X}}]]" trailer.
+_CONTEXT_PREFIXES = ("Graph execution error", "Detected at node", "File ", "[[")
+
+
+def _message_lines(text: str) -> list[str]:
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith(_CONTEXT_PREFIXES)]
 
 
 def _task_names(text: str):

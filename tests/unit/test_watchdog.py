@@ -61,6 +61,10 @@ class UnknownError(Exception):
     pass
 
 
+class FailedPreconditionError(Exception):
+    pass
+
+
 def test_peer_loss_is_recognised_and_names_the_lost_task():
     err = UnavailableError("Collective ops is aborted by: Error reported from /job:worker/task:1: "
                            "The following tasks are unhealthy (stopped sending heartbeats):\n"
@@ -74,3 +78,15 @@ def test_other_errors_are_not_called_peer_loss():
     assert describe_peer_loss(ValueError("bad shape")) is None
     assert describe_peer_loss(UnknownError("some kernel failed")) is None
     assert describe_peer_loss(UnknownError("HorovodAllreduce failed: connection closed")) is not None
+
+
+def test_our_own_file_names_in_the_node_stack_do_not_make_an_error_a_peer_loss():
+    """TF appends the failing node's Python stack, which names horovod_train/...: a
+    local error must not be reported as a lost peer (exit 75) because of that."""
+    text = ("Graph execution error:\n\nDetected at node Timestamp defined at (most recent "
+            "call last):\n  File \"/work/horovod_train/loop.py\", line 184, in _one_step\n\n"
+            "Timestamp cannot be called when determinism is enabled\n\t [[{{node Timestamp}}]]")
+    assert describe_peer_loss(FailedPreconditionError(text)) is None
+    lost = describe_peer_loss(UnknownError(text.replace(
+        "Timestamp cannot", "Horovod has been shut down; Timestamp cannot")))
+    assert lost is not None and ": Horovod has been shut down; Timestamp cannot" in lost
