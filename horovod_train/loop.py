@@ -13,7 +13,7 @@ from absl import logging
 import models
 from horovod_train import backends, checkpoint, env, metrics, observe, runtime, watchdog
 from horovod_train import data as data_lib
-from horovod_train.data import sharding
+from horovod_train.data import pipeline, sharding
 from horovod_train.errors import UsageError
 
 
@@ -159,40 +159,55 @@ class _Trainer:
                                                  epoch, cfg.data.data_threads)
                          .take(self.per_epoch) for epoch in range(first_epoch, epochs)]
             per_epoch[0] = per_epoch[0].skip(offset)
-            dataset = per_epoch[0]
-            for more in per_epoch[1:]:
-                dataset = dataset.concatenate(more)
-            return dataset
+            return pipeline.across_epochs(per_epoch)
 
         return iter(self.backend.distribute_dataset(all_epochs))
 
-    def _one_step(self, batch_iter):
-        self.observer.before_step(self.global_step + 1)
-        t0 = time.perf_counter()
+    def _fetch(self, batch_iter):
+        """The next batch eagerly, and the seconds that took (~1 ms of handover even
+        with a batch ready, which the fused path avoids; see feed.py)."""
+        start = time.perf_counter()
         x, y = next(batch_iter)
-        t1 = time.perf_counter()
-        poison = self.step.poison(self.global_step + 1, self.backend.info.rank)
-        tracing_split = False
+        return x, y, time.perf_counter() - start
+
+    def _run(self, batch_iter, poison):
+        """One step on the next batch: (loss, finite, seconds waited for it, split)."""
         if self.instrument and self.backend.supports_split_step and \
                 sample_split(self.global_step + 1, self.config.train.log_every):
+            x, y, waited = self._fetch(batch_iter)
             loss, finite, parts = self.step.timed(x, y, poison)
+            return loss, finite, waited, parts
+        if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
+            x, y, waited = self._fetch(batch_iter)
+            return (*self.backend.run_step(self.step.fused, x, y, poison), waited, None)
+        # The batch is fetched inside the compiled step (feed.py).
+        outputs, waited = self.backend.run_step_fed(self.step.fused, batch_iter, poison)
+        return (*outputs, waited, None)
+
+    def _one_step(self, batch_iter):
+        self.observer.before_step(self.global_step + 1)
+        poison = self.step.poison(self.global_step + 1, self.backend.info.rank)
+        t0 = time.perf_counter()
+        loss, finite, waited, parts = self._run(batch_iter, poison)
+        loss, finite, waited = float(loss), float(finite), float(waited)
+        t2 = time.perf_counter()
+        tracing_split = False
+        if parts is not None:
             # The first timed call traces three functions: its split says nothing.
             if self.timed_calls > 0:
                 self.last_parts = parts
             tracing_split = self.timed_calls == 0
             self.timed_calls += 1
-        else:
-            loss, finite = (float(v) for v in self.backend.run_step(self.step.fused, x, y, poison))
-        t2 = time.perf_counter()
         batch = step_batch(self.config)
-        self.meter.add(batch, t1 - t0, t2 - t1, loss)
+        self.meter.add(batch, waited, t2 - t0 - waited, loss)
         # Steps that trace (the first fused one, the first split one) are set-up, not
         # throughput: the summary's samples/s leaves them out.
         if self.collectives_per_step is not None and not tracing_split:
             self.train_seconds += t2 - t0
             self.train_samples += batch
         else:  # this process's first step (traced): timed out, collectives counted
-            self.collectives_per_step = self.step.collective_ops_per_step(x, y)
+            self.collectives_per_step = self.step.collective_ops_per_step(
+                *batch_iter.element_spec)
             # Inspecting the graph is set-up, not training: off the interval's clock.
             self.meter.excluded_s += time.perf_counter() - t2
         self.global_step += 1

@@ -8,7 +8,8 @@ Order matters for correctness across ranks:
   4. apply, or skip the step on every rank together; the loss scale adapts.
 
 Two compiled forms compute the same update:
-  - `fused`: one tf.function per step - used on almost every step;
+  - `fused`: one tf.function per step - used on almost every step, with the batch
+    fetched inside the same compiled call (backend.run_step_fed, feed.py);
   - `timed`: the same work as three tf.functions (gradients / allreduce / apply) with
     a clock between them, run once per logging interval to split step time into
     compute, communication and optimizer shares. All ranks run it at the same steps.
@@ -111,7 +112,8 @@ class TrainStep:
 
     def collective_ops_per_step(self, x, y) -> int:
         """Collective ops in one fused step's graph, nested functions (loop bodies,
-        cond branches) included: what the graph holds, whatever k is."""
+        cond branches) included: what the graph holds, whatever k is. x and y may be
+        tensors or their TensorSpecs."""
         graph_def = self.backend.step_graph_def(self.fused, x, y, tf.constant(False))
         nodes = list(graph_def.node)
         for function in graph_def.library.function:

@@ -28,6 +28,7 @@ class Backend(abc.ABC):
 
     def __init__(self):
         self.info = ProcessInfo()
+        self._fed = {}  # step_fn -> its compiled fetch-and-run (see run_step_fed)
 
     @abc.abstractmethod
     def setup(self) -> ProcessInfo:
@@ -44,6 +45,15 @@ class Backend(abc.ABC):
     def run_step(self, step_fn, *args):
         """Runs a compiled step on this rank's batch; returns its (reduced) outputs."""
         return step_fn(*args)
+
+    def run_step_fed(self, step_fn, iterator, *args):
+        """Runs step_fn(x, y, *args) on the next batch of `iterator` (from
+        distribute_dataset), fetched inside the compiled call (see feed.py).
+        Returns (outputs as run_step returns them, seconds waited for the batch)."""
+        if step_fn not in self._fed:
+            from horovod_train import feed
+            self._fed[step_fn] = feed.fed_step(step_fn)
+        return self._fed[step_fn](iterator, *args)
 
     def allreduce_gradients(self, grads):
         """Averages gradients over ranks (called inside the compiled step)."""

@@ -73,7 +73,19 @@ class MwmsBackend(Backend):
         return self._compiled[step_fn]
 
     def run_step(self, step_fn, *args):
-        per_replica = self._run_compiled(step_fn)(*args)
+        return self._reduce_mean(self._run_compiled(step_fn)(*args))
+
+    def run_step_fed(self, step_fn, iterator, *args):
+        # The fetch sits outside strategy.run and inside the tf.function: the pattern
+        # tf.distribute documents for distributed iterators.
+        if step_fn not in self._fed:
+            from horovod_train import feed
+            self._fed[step_fn] = feed.fed_step(
+                step_fn, lambda fn, a: self.strategy.run(fn, args=a))
+        per_replica, waited = self._fed[step_fn](iterator, *args)
+        return self._reduce_mean(per_replica), waited
+
+    def _reduce_mean(self, per_replica):
         return tf.nest.map_structure(
             lambda v: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), per_replica)
 
