@@ -4,6 +4,8 @@ Order of a record stream's training pipeline, and why:
   read (parallel interleave) -> shuffle (serialized records: small) ->
   batch(drop_remainder) -> decode (parallel map, one vectorized call per batch where
   the records allow it) -> take(steps) -> prefetch.
+Records that decode one at a time (encoded images) are decoded to their stored dtype,
+batched, then standardized per batch (decode.standardize).
 With --cache the decoded examples are cached before the shuffle, so later epochs
 skip reading and decoding but are still reshuffled. Every seed is derived from
 (seed, epoch), and interleave/map keep their order, so a seed fixes the order.
@@ -13,8 +15,12 @@ import dataclasses
 import tensorflow as tf
 
 from horovod_train.data import sharding
+from horovod_train.data.decode import standardize
 
 AUTO_SHUFFLE_BUFFER = 4096  # examples per worker when --shuffle_buffer=0
+# Batches buffered across an epoch seam (see across_epochs): at most this many, and
+# at most this many bytes of them.
+SEAM_BATCHES, SEAM_BYTES = 8, 64 << 20
 
 
 def _autotune(threads: int):
@@ -40,6 +46,33 @@ def train_dataset(data, shard: sharding.ShardInfo, batch_size: int, seed: int, e
     y = data.y_train[idx].reshape(-1, batch_size, *data.y_train.shape[1:])
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     return ds.with_options(dataset_options(threads)).prefetch(_autotune(threads))
+
+
+def across_epochs(epochs: list) -> tf.data.Dataset:
+    """Per-epoch datasets, in order, as one dataset.
+
+    An epoch's pipeline starts only when the previous one is drained: opening files
+    and filling its shuffle buffer (~25 ms for digits as TFRecords on this machine)
+    would stall the step at every seam, 7% of a small model's time. A prefetch after
+    the seam runs that start-up while the step eats the batches buffered before it.
+    The buffer is bounded in bytes too: with large batches, epochs are long and one
+    stall per epoch is noise."""
+    dataset = epochs[0]
+    for more in epochs[1:]:
+        dataset = dataset.concatenate(more)
+    if len(epochs) == 1:
+        return dataset  # no seam; each epoch already ends with its own prefetch
+    return dataset.prefetch(seam_buffer(dataset.element_spec))
+
+
+def seam_buffer(element_spec) -> int:
+    """Batches to buffer across an epoch seam: SEAM_BATCHES, or fewer if they would
+    take more than SEAM_BYTES."""
+    specs = tf.nest.flatten(element_spec)
+    if not all(s.shape.is_fully_defined() for s in specs):
+        return 1
+    batch_bytes = sum(s.shape.num_elements() * s.dtype.size for s in specs)
+    return max(1, min(SEAM_BATCHES, SEAM_BYTES // max(batch_bytes, 1)))
 
 
 def eval_dataset(data, shard: sharding.ShardInfo, batch_size: int) -> tf.data.Dataset:
@@ -69,10 +102,17 @@ def _buffer(ep: Epoch, pre_shuffled: bool) -> int:
 def _decoded(ds, decode, decode_batch, threads: int, batch_size: int):
     """Records -> batches of (x, y): vectorized per batch when the source can."""
     if decode_batch is not None:
+        def decode_full_batch(*records):
+            batch = decode_batch(*records)
+            # drop_remainder fixed the batch size, but a decoder's reshape([-1, ...])
+            # forgets it; a static shape lets shape-based code (across_epochs) use it.
+            for tensor in tf.nest.flatten(batch):
+                tensor.set_shape([batch_size, *tensor.shape[1:]])
+            return batch
         return ds.batch(batch_size, drop_remainder=True).map(
-            decode_batch, num_parallel_calls=_autotune(threads))
+            decode_full_batch, num_parallel_calls=_autotune(threads))
     return ds.map(decode, num_parallel_calls=_autotune(threads)).batch(
-        batch_size, drop_remainder=True)
+        batch_size, drop_remainder=True).map(standardize, num_parallel_calls=_autotune(threads))
 
 
 def _cached(records_fn, decode, decode_batch, ep: Epoch, memo: dict):
@@ -102,6 +142,8 @@ def train_batches(records_fn, decode, ep: Epoch, memo: dict, pre_shuffled: bool 
         buffer = max(_buffer(ep, False), ep.records - ep.steps * ep.batch_size + 1)
         ds = _cached(records_fn, decode, decode_batch, ep, memo).shuffle(buffer, seed=ep.seed)
         ds = ds.batch(ep.batch_size, drop_remainder=True)
+        if decode_batch is None:  # cached in stored dtypes (see _decoded)
+            ds = ds.map(standardize, num_parallel_calls=_autotune(ep.threads))
     else:
         ds = records_fn(True)
         buffer = _buffer(ep, pre_shuffled)
@@ -118,6 +160,7 @@ def eval_batches(records: tf.data.Dataset, decode, batch_size: int,
         ds = records.batch(batch_size).map(decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
     else:
         ds = records.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+        ds = ds.map(standardize, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.with_options(dataset_options()).prefetch(tf.data.AUTOTUNE)
 
 
