@@ -8,8 +8,9 @@ method, so set-up costs are paid as training pays them. Per case:
   pipeline ex/s   examples/s of that iterator alone (nothing consumes them);
   consumer ex/s   examples/s the train step consumes from batches already in memory;
   headroom        pipeline / consumer (target >= 3x);
-  data wait       share of wall time spent in next() when the iterator feeds the step
-                  for real (target < 5%).
+  data wait       share of wall time the step waits for its batch when the iterator
+                  feeds it for real, fetched inside the compiled step as the loop
+                  fetches it (horovod_train/feed.py) (target < 5%).
 Cases: the default model (digits_cnn) on the bundled digits, in memory and as
 TFRecord; a ResNet-sized pipeline (224x224x3 JPEG TFRecord, decoded to float32)
 feeding (a) a simulated accelerator that consumes --consumer_rate img/s and sleeps,
@@ -78,22 +79,21 @@ def consumer_rate(step, batches_in_memory, batch_size: int, steps: int) -> float
     return steps * batch_size / (time.perf_counter() - start)
 
 
-def fed_wait_share(step, make_iter, steps: int) -> float:
-    """Share of wall time spent waiting in next() while the loop's iterator feeds `step`."""
+def fed_wait_share(fed, make_iter, steps: int) -> float:
+    """Share of wall time spent waiting for batches while the loop's iterator feeds a
+    consumer; fed(iterator) runs one step and returns the seconds it waited."""
     it = make_iter()
     for _ in range(WARMUP_BATCHES):
-        step(*next(it))
-    wait = total = 0.0
+        fed(it)
+    wait = 0.0
+    start = time.perf_counter()
     for _ in range(steps):
-        t0 = time.perf_counter()
-        x, y = next(it)
-        t1 = time.perf_counter()
-        step(x, y)
-        wait, total = wait + t1 - t0, total + time.perf_counter() - t0
-    return wait / total
+        wait += fed(it)
+    return wait / (time.perf_counter() - start)
 
 
 def _train_step(model_name: str, input_shape, num_classes: int):
+    """(step(x, y) on a batch in memory, fed(iterator) as the loop runs it)."""
     import keras
     import tensorflow as tf
     import models
@@ -104,16 +104,36 @@ def _train_step(model_name: str, input_shape, num_classes: int):
     model = models.get_model(model_name, input_shape=input_shape, num_classes=num_classes)
     optimizer = keras.optimizers.SGD(0.01)
     optimizer.build(model.trainable_variables)
-    step = TrainStep(model, optimizer, backend)
+    train = TrainStep(model, optimizer, backend)
     no_fault = tf.constant(False)
-    return lambda x, y: float(step.fused(x, y, no_fault)[0])  # (loss, finite)
+
+    def fed(iterator):
+        (loss, _), waited = backend.run_step_fed(train.fused, iterator, no_fault)
+        float(loss)  # the step is done
+        return float(waited)
+    return (lambda x, y: float(train.fused(x, y, no_fault)[0])), fed
 
 
-def case(label, source, step, consume, batch, args, steps=None) -> dict:
+def _accelerator(seconds_per_batch: float):
+    """fed(iterator) for a simulated accelerator: the batch is fetched in a compiled
+    call (as the loop fetches it), then the step is a sleep that leaves the CPUs free."""
+    import tensorflow as tf
+    from horovod_train import feed
+    fetch = tf.function(feed.fetch_timed)
+
+    def fed(iterator):
+        _, waited = fetch(iterator)
+        waited = float(waited)
+        time.sleep(seconds_per_batch)
+        return waited
+    return fed
+
+
+def case(label, source, fed, consume, batch, args, steps=None) -> dict:
     need = max(args.steps, steps or 0) + WARMUP_BATCHES
     make = lambda: loop_batches(source, batch, args.threads, need)  # noqa: E731
     produce = pipeline_rate(make, batch, args.steps)
-    wait = fed_wait_share(step, make, steps or args.steps)
+    wait = fed_wait_share(fed, make, steps or args.steps)
     row = {"case": label, "pipeline": produce, "consumer": consume,
            "headroom": produce / consume, "data_wait": wait}
     print(f"  {label}: pipeline {produce:.0f} ex/s, consumer {consume:.1f} ex/s, headroom "
@@ -133,12 +153,12 @@ def digits_cases(tmp: str, args) -> list:
     convert.convert(convert.ConvertOptions(npz, os.path.join(tmp, "digits"), num_shards=4,
                                            progress=False))
     tfrecord = data.load(cfg.DataConfig(dataset="tfrecord", data_dir=os.path.join(tmp, "digits")))
-    step = _train_step("digits_cnn", (8, 8, 1), 10)
+    step, fed = _train_step("digits_cnn", (8, 8, 1), 10)
     b = args.batch_size
     in_memory = list(loop_batches(digits, b, args.threads, 1))
     consume = consumer_rate(step, in_memory, b, args.steps)
-    return [case("digits in memory -> digits_cnn", digits, step, consume, b, args),
-            case("digits TFRecord (4 files) -> digits_cnn", tfrecord, step, consume, b, args)]
+    return [case("digits in memory -> digits_cnn", digits, fed, consume, b, args),
+            case("digits TFRecord (4 files) -> digits_cnn", tfrecord, fed, consume, b, args)]
 
 
 def _jpeg_folders(tmp: str, count: int) -> str:
@@ -173,15 +193,15 @@ def jpeg_source(tmp: str, count: int):
 
 def resnet_cases(source, args) -> list:
     b = args.batch_size
-    sleep = lambda x, y: time.sleep(b / args.consumer_rate)  # noqa: E731
     rows = [case(f"224x224x3 JPEG TFRecord -> {args.consumer_rate:.0f} img/s accelerator "
-                 "(simulated)", source, sleep, args.consumer_rate, b, args)]
+                 "(simulated)", source, _accelerator(b / args.consumer_rate),
+                 args.consumer_rate, b, args)]
     if not args.skip_resnet:
-        step = _train_step(args.resnet, (224, 224, 3), 1000)
+        step, fed = _train_step(args.resnet, (224, 224, 3), 1000)
         small = args.resnet_batch
         batches = [next(loop_batches(source, small, args.threads, 1))]
         consume = consumer_rate(step, batches, small, args.resnet_steps)
-        rows.append(case(f"224x224x3 JPEG TFRecord -> {args.resnet} on this CPU", source, step,
+        rows.append(case(f"224x224x3 JPEG TFRecord -> {args.resnet} on this CPU", source, fed,
                          consume, small, args, steps=args.resnet_steps))
     return rows
 
@@ -208,8 +228,8 @@ def profile(source, args) -> list:
         ("deterministic=False", 0, opts(deterministic=False)),
     ]
     rows, b = [], args.batch_size
-    for label, per_batch in (("records->decode f32->batch (as shipped, no shuffle)", False),
-                             ("records->decode u8->batch->f32 (proposed)", True)):
+    for label, per_batch in (("records->decode f32->batch (before, no shuffle)", False),
+                             ("records->decode u8->batch->f32 (as shipped, no shuffle)", True)):
         rate = pipeline_rate(lambda: iter(_decode_order(source, b, per_batch)), b, args.steps)
         rows.append({"variant": label, "pipeline": rate})
         print(f"  profile {label}: {rate:.0f} img/s", flush=True)
@@ -223,24 +243,19 @@ def profile(source, args) -> list:
 
 def _decode_order(source, batch_size: int, per_batch_standardize: bool):
     """The JPEG records decoded per example and batched; either standardized (uint8 ->
-    float32 / 255) per example, as the pipeline does today, or per batch: the batch
-    copy then moves a quarter of the bytes and the cast runs once, vectorized."""
+    float32 / 255) per example, as the pipeline did before, or per batch, as it does
+    now: the batch copy then moves a quarter of the bytes and the cast runs once."""
     import tensorflow as tf
     from horovod_train.data import decode, pipeline
     parse = decode.parser(source.schema)
-    full = decode.decoder(source.schema)
-
-    def u8(record):
-        features = parse(record)
-        image = tf.ensure_shape(tf.io.decode_image(features["image"], channels=3,
-                                                   expand_animations=False), source.schema.shape)
-        return image, features["label"]
+    u8 = decode.decoder(source.schema)
     records = source._records(source.train, range(len(source.train.paths)), 0).repeat()
     if per_batch_standardize:
-        ds = records.map(u8, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-        ds = ds.map(decode.standardize, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = records.map(lambda r: u8(parse(r)), num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size).map(decode.standardize, num_parallel_calls=tf.data.AUTOTUNE)
     else:
-        ds = records.map(lambda r: full(parse(r)), num_parallel_calls=tf.data.AUTOTUNE)
+        ds = records.map(lambda r: decode.standardize(*u8(parse(r))),
+                         num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(batch_size)
     return ds.with_options(pipeline.dataset_options(0)).prefetch(tf.data.AUTOTUNE)
 
