@@ -30,11 +30,7 @@ def fetch_timed(iterator):
     return batch, waited
 
 
-def _call_directly(step_fn, args):
-    return step_fn(*args)
-
-
-def fed_step(step_fn, run=_call_directly):
+def fed_step(step_fn, run):
     """tf.function(iterator, *extra) -> (step_fn(x, y, *extra), seconds waited).
 
     `run(step_fn, args)` is how the backend calls a step (strategy.run for mwms)."""

@@ -52,8 +52,12 @@ class Backend(abc.ABC):
         Returns (outputs as run_step returns them, seconds waited for the batch)."""
         if step_fn not in self._fed:
             from horovod_train import feed
-            self._fed[step_fn] = feed.fed_step(step_fn)
+            self._fed[step_fn] = feed.fed_step(step_fn, self._call_step)
         return self._fed[step_fn](iterator, *args)
+
+    def _call_step(self, step_fn, args):
+        """How a compiled step calls step_fn on its batch (inside its tf.function)."""
+        return step_fn(*args)
 
     def allreduce_gradients(self, grads):
         """Averages gradients over ranks (called inside the compiled step)."""

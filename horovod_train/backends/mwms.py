@@ -76,14 +76,13 @@ class MwmsBackend(Backend):
         return self._reduce_mean(self._run_compiled(step_fn)(*args))
 
     def run_step_fed(self, step_fn, iterator, *args):
+        per_replica, waited = super().run_step_fed(step_fn, iterator, *args)
+        return self._reduce_mean(per_replica), waited
+
+    def _call_step(self, step_fn, args):
         # The fetch sits outside strategy.run and inside the tf.function: the pattern
         # tf.distribute documents for distributed iterators.
-        if step_fn not in self._fed:
-            from horovod_train import feed
-            self._fed[step_fn] = feed.fed_step(
-                step_fn, lambda fn, a: self.strategy.run(fn, args=a))
-        per_replica, waited = self._fed[step_fn](iterator, *args)
-        return self._reduce_mean(per_replica), waited
+        return self.strategy.run(step_fn, args=args)
 
     def _reduce_mean(self, per_replica):
         return tf.nest.map_structure(
