@@ -30,6 +30,10 @@ SLURM_NTASKS = "SLURM_NTASKS"
 SLURM_LOCALID = "SLURM_LOCALID"
 SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
+SLURM_GPUS_PER_TASK = "SLURM_GPUS_PER_TASK"  # srun --gpus-per-task (binds per task by default)
+SLURM_GPU_BIND = "SLURM_GPU_BIND"  # srun --gpu-bind, e.g. "single:1", "verbose,none"
+# CUDA's own: the GPUs this process may use (a launcher or wrapper may set it per rank).
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # tf.distribute.
 TF_CONFIG = "TF_CONFIG"
 # Our own: set by `python -m launch` for mwms ranks started by mpirun/horovodrun.
@@ -105,6 +109,22 @@ def launch_info(env=None) -> LaunchInfo:
         return LaunchInfo("srun", _int(env, SLURM_PROCID), _int(env, SLURM_NTASKS, 1),
                           _int(env, SLURM_LOCALID, 0), _slurm_local_size(env))
     return _tf_config_info(env) or LaunchInfo("none")
+
+
+def gpus_bound_per_task(env=None) -> bool:
+    """True when the launcher gave this process GPUs of its own, shared with no other
+    local rank, so local rank i must not index GPU i. Signs: a one-device
+    CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1 or --gpu-bind=single:1, a per-rank
+    wrapper), or ranks started by srun itself with --gpus-per-task (which binds per
+    task unless --gpu-bind=none). Only srun's own tasks count: an mpirun inside an
+    sbatch job inherits SLURM_GPUS_PER_TASK without any binding."""
+    env = os.environ if env is None else env
+    listed = [d.strip() for d in env.get(CUDA_VISIBLE_DEVICES, "").split(",") if d.strip()]
+    if len(listed) == 1 and listed[0] != "-1":
+        return True
+    if not env.get(SLURM_GPUS_PER_TASK) or launch_info(env).launcher != "srun":
+        return False
+    return "none" not in env.get(SLURM_GPU_BIND, "").split(",")
 
 
 def default_intra_op_threads(local_size: int, cores: int | None = None) -> int:
