@@ -59,8 +59,8 @@ class Strategy:
         threads = types.SimpleNamespace(intra_op_threads=intra_op_threads,
                                         inter_op_threads=inter_op_threads)
         self.threads = runtime.configure_threads(threads, launch.local_size)
-        _pin_gpu(launch.local_rank, launch.local_size)
         try:
+            # setup() also pins this rank's GPU (devices.pin_gpu), as for the CLI.
             self.info = self.backend.setup()
         except RuntimeError as err:
             if "must be configured at program startup" not in str(err):
@@ -182,18 +182,6 @@ class Strategy:
 
     def barrier(self):
         self.backend.barrier()
-
-
-def _pin_gpu(local_rank, local_size):
-    """One GPU per process (each rank builds its model outside any multi-device scope)."""
-    try:
-        gpus = tf.config.list_physical_devices("GPU")
-        if local_size > 1 and len(gpus) >= local_size:
-            tf.config.set_visible_devices(gpus[local_rank], "GPU")
-            tf.config.experimental.set_memory_growth(gpus[local_rank], True)
-    except RuntimeError as err:
-        logging.warning("htk | could not pin GPU %d to this rank (%s); create htk.Strategy() "
-                        "before any TF op", local_rank, err)
 
 
 def native_scope_error(what):

@@ -9,6 +9,7 @@ import os
 
 import tensorflow as tf
 
+from horovod_train import devices
 from horovod_train.backends.base import Backend, ProcessInfo
 from horovod_train.errors import UsageError
 
@@ -82,6 +83,10 @@ class HorovodBackend(Backend):
         hvd = self._hvd
         hvd.init()
         self.info = ProcessInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
+        # Horovod's own local rank (it also covers launchers env.py cannot read); hvd.init()
+        # does not create TF's devices, so pinning still takes effect here.
+        self.gpu = devices.pin_gpu(self.info.local_rank, self.info.local_size,
+                                   chief=self.info.is_chief)
         return self.info
 
     def allreduce_gradients(self, grads):

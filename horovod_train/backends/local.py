@@ -1,4 +1,5 @@
 """One process, no communication: debugging, tests, and the single-GPU user."""
+from horovod_train import devices
 from horovod_train.backends.base import Backend, ProcessInfo
 
 
@@ -10,5 +11,6 @@ class LocalBackend(Backend):
         self.wire_bytes_per_step = 0  # nothing leaves the process
 
     def setup(self) -> ProcessInfo:
+        self.gpu = devices.pin_gpu(0, 1)  # one process: one GPU, even on a host of several
         self.info = ProcessInfo()
         return self.info

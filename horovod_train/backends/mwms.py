@@ -15,7 +15,9 @@ import json
 import os
 
 import tensorflow as tf
+from absl import logging
 
+from horovod_train import devices
 from horovod_train.backends import tf_config as tfc
 from horovod_train.backends.base import Backend, ProcessInfo
 from horovod_train.data.sharding import ShardInfo
@@ -49,11 +51,20 @@ class MwmsBackend(Backend):
         config = tfc.resolve_tf_config(os.environ, self.port_base)
         os.environ["TF_CONFIG"] = json.dumps(config)
         workers, index = config["cluster"]["worker"], config["task"]["index"]
+        local_rank, local_size = tfc.local_position(workers, index)
+        # Before the strategy: it creates TF's devices, and MWMS makes one replica per
+        # visible GPU, so pinning also keeps it at one GPU (one replica) per worker.
+        self.gpu = devices.pin_gpu(local_rank, local_size, chief=index == 0)
+        # Resolved once, so the drop-in's own reductions (keras._MwmsMean) agree.
+        requested = self.collective
+        self.collective = devices.choose_collective(requested, 1 if self.gpu.uses_gpu else 0)
+        if index == 0:
+            logging.info("mwms  | collectives %s (--collective=%s, %s)", self.collective.upper(),
+                         requested, "GPU" if self.gpu.uses_gpu else "no GPU")
         tfc.rendezvous(workers, index, self.timeout_s)
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=self.timeout_s)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        local_rank, local_size = tfc.local_position(workers, index)
         self.info = ProcessInfo(index, len(workers), local_rank, local_size)
         return self.info
 
