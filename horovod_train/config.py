@@ -15,6 +15,7 @@ COLLECTIVES = ("auto", "ring", "nccl")
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 COMPRESSIONS = ("none", "fp16", "bf16")
 PROGRESS_MODES = ("auto", "bar", "lines")
+JIT_MODES = ("auto", "true", "false")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,9 +27,11 @@ class SpeedConfig:
     compression: str = "none"  # gradients on the wire
     max_nonfinite_steps: int = 20  # consecutive skipped steps before the run gives up
     inject_nonfinite: str = ""  # "STEP@RANK": poison that rank's gradients (fault tests)
+    jit_compile: str = "auto"  # XLA around the collectives; resolve_jit_compile says when
 
     def __post_init__(self):
         check_choice("--precision", self.precision, PRECISIONS)
+        check_choice("--jit_compile", self.jit_compile, JIT_MODES)
         check_choice("--compression", self.compression, COMPRESSIONS)
         if not isinstance(self.grad_accum_steps, int) or self.grad_accum_steps < 1:
             raise usage_error("--grad_accum_steps", self.grad_accum_steps, "an integer >= 1",
@@ -45,6 +48,18 @@ class SpeedConfig:
             raise usage_error("--inject_nonfinite", self.inject_nonfinite, "STEP@RANK, e.g. 5@1",
                               "pass --inject_nonfinite=5@1 or leave it empty")
         return int(step), int(rank)
+
+
+def resolve_jit_compile(requested: str, visible_gpus: int) -> bool:
+    """--jit_compile and the GPUs this rank sees -> whether the step's compute is XLA.
+
+    auto follows Keras's own default: on with a GPU, where fusing the step's many small
+    kernels pays; off on CPU, where XLA's code is rarely faster than TF's oneDNN kernels
+    and every new input shape costs a compile."""
+    check_choice("--jit_compile", requested, JIT_MODES)
+    if requested == "auto":
+        return visible_gpus > 0
+    return requested == "true"
 
 
 @dataclasses.dataclass(frozen=True)

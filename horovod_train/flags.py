@@ -75,6 +75,9 @@ def define_flags():
                      "Recompute each model block's activations in the backward pass.")
     f.DEFINE_string("compression", _D.speed.compression,
                     "Gradients on the wire: none, fp16 or bf16.")
+    f.DEFINE_string("jit_compile", _D.speed.jit_compile,
+                    "auto, true or false: XLA-compile the forward/backward pass and the "
+                    "optimizer update (never the collectives). auto = on with a GPU, off on CPU.")
     f.DEFINE_integer("max_nonfinite_steps", _D.speed.max_nonfinite_steps,
                      "Stop after this many consecutive steps with non-finite gradients.")
     f.DEFINE_string("inject_nonfinite", _D.speed.inject_nonfinite,
@@ -158,7 +161,8 @@ def config_from_flags(fv) -> cfg.RunConfig:
                               gradient_checkpointing=fv.gradient_checkpointing,
                               compression=fv.compression,
                               max_nonfinite_steps=fv.max_nonfinite_steps,
-                              inject_nonfinite=fv.inject_nonfinite),
+                              inject_nonfinite=fv.inject_nonfinite,
+                              jit_compile=fv.jit_compile),
         observe=cfg.ObserveConfig(run_dir=fv.run_dir, instrument=fv.instrument,
                                   profile_steps=fv.profile_steps, horovod_timeline=fv.horovod_timeline,
                                   progress=fv.progress,

@@ -19,6 +19,7 @@ TRAIN = [sys.executable, "-m", "horovod_train"]
     (["--data_dir=/no/such/dir", "--max_steps=1"], "/no/such/dir"),
     (["--batch_size=seven"], "--batch_size"),
     (["--no_such_flag=1"], "no_such_flag"),
+    (["--jit_compile=yes"], "--jit_compile: received 'yes'; expected one of: auto, false, true"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     proc = run_cli(TRAIN + args, timeout=300)

@@ -16,6 +16,8 @@ from horovod_train.errors import UsageError
     (lambda: cfg.OptimConfig(optimizer="lamb"), ["--optimizer", "adam", "sgd"]),
     (lambda: cfg.OptimConfig(learning_rate=0), ["--learning_rate"]),
     (lambda: cfg.DataConfig(data_dir="/no/such/dir"), ["--data_dir", "/no/such/dir", "existing"]),
+    (lambda: cfg.SpeedConfig(jit_compile="on"), ["--jit_compile", "'on'", "auto, false, true"]),
+    (lambda: cfg.resolve_jit_compile("True", 0), ["--jit_compile", "'True'", "Fix"]),
 ])
 def test_bad_values_name_flag_value_and_fix(build, fragments):
     with pytest.raises(UsageError) as err:
@@ -31,3 +33,16 @@ def test_defaults_are_valid_and_frozen():
     assert config.model == "digits_cnn" and config.data.dataset == "digits"
     with pytest.raises(Exception):
         config.model = "digits_mlp"
+
+
+@pytest.mark.parametrize("requested, gpus, expected", [
+    ("auto", 0, False),  # CPU only: off, as Keras decides for jit_compile="auto"
+    ("auto", 1, True),
+    ("auto", 8, True),
+    ("true", 0, True),  # asked for: on, GPU or not
+    ("true", 4, True),
+    ("false", 0, False),
+    ("false", 2, False),
+])
+def test_jit_compile_resolves_from_the_request_and_the_visible_gpus(requested, gpus, expected):
+    assert cfg.resolve_jit_compile(requested, gpus) is expected
