@@ -112,7 +112,7 @@ class _Trainer:
     """Holds the per-run state of the epoch loop so its helpers stay short."""
 
     def __init__(self, config, backend, data, model, optimizer, per_epoch, total,
-                 observer=None):
+                 observer=None, jit_compile=False):
         from horovod_train.step import StepOptions, TrainStep
         self.config, self.backend, self.data = config, backend, data
         self.observer = observer or observe.NullObserver()
@@ -126,10 +126,13 @@ class _Trainer:
         speed = config.speed
         self.step = TrainStep(model, optimizer, backend, StepOptions(
             accum_steps=speed.grad_accum_steps, loss_scaling=speed.precision == "mixed_float16",
-            inject_nonfinite=speed.injection()))
+            inject_nonfinite=speed.injection(), jit_compile=jit_compile))
         self.skipped_steps = 0
         self.nonfinite_run = 0  # consecutive skipped steps
         self.collectives_per_step = None
+        # What the step's graph holds (TrainStep.graph_facts), read at the first step.
+        self.graph_facts = dict.fromkeys(("collective_ops_per_step", "collective_ops_in_xla",
+                                          "xla_compiled_functions"))
         self.global_step = 0
         self.loss_history = []  # (step, loss averaged over ranks) per interval
         self.accuracy_history = []
@@ -206,8 +209,8 @@ class _Trainer:
             self.train_seconds += t2 - t0
             self.train_samples += batch
         else:  # this process's first step (traced): timed out, collectives counted
-            self.collectives_per_step = self.step.collective_ops_per_step(
-                *batch_iter.element_spec)
+            self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
+            self.collectives_per_step = self.graph_facts["collective_ops_per_step"]
             # Inspecting the graph is set-up, not training: off the interval's clock.
             self.meter.excluded_s += time.perf_counter() - t2
         self.global_step += 1
@@ -327,7 +330,8 @@ def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
         "compression": config.speed.compression,
         "skipped_steps": trainer.skipped_steps,
         "loss_scale": float(trainer.step.loss_scale.scale.numpy()),
-        "collective_ops_per_step": trainer.collectives_per_step,
+        "jit_compile": trainer.step.options.jit_compile,
+        **trainer.graph_facts,
         "wire_bytes_per_step": backend.wire_bytes_per_step,
         "steps": trainer.global_step,
         "epochs": trainer.global_step / trainer.per_epoch,
@@ -356,6 +360,13 @@ def _timeline_path(config, launch) -> str | None:
     return os.path.join(config.observe.run_dir, "timeline.json")
 
 
+def _resolve_jit(config) -> bool:
+    """--jit_compile for the GPUs this rank sees, once setup() has pinned its own."""
+    import tensorflow as tf
+    from horovod_train.config import resolve_jit_compile
+    return resolve_jit_compile(config.speed.jit_compile, len(tf.config.list_logical_devices("GPU")))
+
+
 def run(config) -> dict:
     """Trains per `config` on this process's rank; returns the run summary."""
     wall_start = time.perf_counter()
@@ -373,8 +384,10 @@ def run(config) -> dict:
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)
     runtime.configure_determinism(config.runtime)
-    logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | %s",
-                 backend_name, info.size, info.local_size, intra, inter, config.to_dict())
+    jit = _resolve_jit(config)
+    logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
+                 "jit_compile %s | %s", backend_name, info.size, info.local_size, intra, inter,
+                 jit, config.to_dict())
     if getattr(backend, "chosen_env", None):
         logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
                      backend.chosen_env)
@@ -389,7 +402,8 @@ def run(config) -> dict:
         "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
         "total_steps": total, "steps_per_epoch": per_epoch,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total, observer)
+    trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total, observer,
+                       jit_compile=jit)
     state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
     trainer.watchdog.start()
     accuracy, facts = _train(config, trainer, state, data.num_train_examples)

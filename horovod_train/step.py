@@ -4,7 +4,7 @@ Order matters for correctness across ranks:
   1. k micro-batches' gradients are summed locally (one batch of k*b arrives and is
      split), scaled by the loss scale;
   2. ONE allreduce of the accumulated, still-scaled gradients;
-  3. unscale, check finiteness, agree (on reduced values, so every rank agrees);
+  3. unscale, check finiteness (on reduced values, so every rank takes the same verdict);
   4. apply, or skip the step on every rank together; the loss scale adapts.
 
 Two compiled forms compute the same update:
@@ -13,6 +13,13 @@ Two compiled forms compute the same update:
   - `timed`: the same work as three tf.functions (gradients / allreduce / apply) with
     a clock between them, run once per logging interval to split step time into
     compute, communication and optimizer shares. All ranks run it at the same steps.
+
+XLA (StepOptions.jit_compile): both forms call the same two nested functions, the
+gradients (1) and the update (3-4), and with XLA on those two are must-compile. The
+collectives of (2) sit between them in the outer function, which XLA never compiles:
+TF 2.21's XLA refuses collectives on CPU ("Collectives are not yet implemented for CPU
+devices when compiling with XLA"), and Horovod's ops have XLA kernels only in GPU
+builds that enable them. xla_collectives() checks a step's graph for exactly that.
 """
 import dataclasses
 import time
@@ -28,6 +35,7 @@ class StepOptions:
     accum_steps: int = 1
     loss_scaling: bool = False  # dynamic loss scaling (mixed_float16)
     inject_nonfinite: tuple | None = None  # (step, rank): fault injection for tests
+    jit_compile: bool = False  # XLA for the gradients and the update, never the collectives
 
 
 class TrainStep:
@@ -39,10 +47,12 @@ class TrainStep:
         self.variables = model.trainable_variables
         with backend.scope():
             self.loss_scale = DynamicLossScale(options.loss_scaling)
+        # One function object per part, shared by the fused and the timed step, so the
+        # two compile the same way (and XLA compiles each part once per input shape).
+        self._grads_fn = tf.function(self._grads, jit_compile=options.jit_compile)
+        self._apply_fn = tf.function(self._apply, jit_compile=options.jit_compile)
+        self._comm_fn = tf.function(self._reduce)
         self.fused = tf.function(self._fused)
-        self._grads_fn = tf.function(self._grads)
-        self._comm_fn = tf.function(backend.allreduce_gradients)
-        self._apply_fn = tf.function(self._apply)
 
     @staticmethod
     def loss_fn(y, logits):
@@ -81,15 +91,30 @@ class TrainStep:
         return loss, grads
 
     def _apply(self, grads):
+        """Unscale, check, adapt the scale, apply or skip. Called with reduced gradients:
+        they are the same on every rank, so is the verdict, and all ranks skip together."""
         grads = self.loss_scale.unscale(grads)
-        finite = self.backend.agree_all_finite(all_finite(grads))
+        finite = all_finite(grads)
         self.loss_scale.update(finite)
-        self.backend.apply_gradients(self.optimizer, grads, self.variables, finite)
+
+        def apply():
+            self.optimizer.apply_gradients(zip(grads, self.variables))
+            return tf.no_op()
+        tf.cond(finite, apply, tf.no_op)
         return tf.cast(finite, tf.float32)
 
+    def _reduce(self, grads):
+        return self.backend.run_replica(self.backend.allreduce_gradients, grads)
+
+    def _reduced_grads(self, x, y, poison):
+        loss, grads = self._grads_fn(x, y, poison)
+        return loss, self.backend.allreduce_gradients(grads)
+
     def _fused(self, x, y, poison):
-        loss, grads = self._grads(x, y, poison)
-        return loss, self._apply(self.backend.allreduce_gradients(grads))
+        # Gradients and their reduction in this rank's replica (mwms: strategy.run);
+        # the update outside it, where the Keras optimizer sends nothing more.
+        loss, grads = self.backend.run_replica(self._reduced_grads, x, y, poison)
+        return loss, self._apply_fn(grads)
 
     def poison(self, step: int, rank: int):
         """The fault-injection switch for this step, as a tensor (no retracing)."""
@@ -110,15 +135,71 @@ class TrainStep:
         t3 = time.perf_counter()
         return loss, finite, {"compute": t1 - t0, "comm": t2 - t1, "optimizer": t3 - t2}
 
+    def graph_def(self, x, y):
+        """The GraphDef of one fused step; x and y may be tensors or their TensorSpecs."""
+        return self.backend.step_graph_def(self.fused, x, y, tf.constant(False))
+
     def collective_ops_per_step(self, x, y) -> int:
         """Collective ops in one fused step's graph, nested functions (loop bodies,
-        cond branches) included: what the graph holds, whatever k is. x and y may be
-        tensors or their TensorSpecs."""
-        graph_def = self.backend.step_graph_def(self.fused, x, y, tf.constant(False))
-        nodes = list(graph_def.node)
-        for function in graph_def.library.function:
-            nodes.extend(function.node_def)
-        return sum(1 for node in nodes if node.op in self.backend.collective_op_types)
+        cond branches) included: what the graph holds, whatever k is."""
+        return self.graph_facts(x, y)["collective_ops_per_step"]
+
+    def graph_facts(self, x, y) -> dict:
+        """Collective ops per step, how many of them XLA would compile (must be 0), and
+        how many functions it compiles (0 without --jit_compile)."""
+        graph_def = self.graph_def(x, y)
+        outside, inside = xla_collectives(graph_def, self.backend.collective_op_types)
+        return {"collective_ops_per_step": outside + inside, "collective_ops_in_xla": inside,
+                "xla_compiled_functions": len(xla_functions(graph_def))}
+
+
+# The attribute TF puts on a tf.function(jit_compile=True) and on the node calling it.
+XLA_MUST_COMPILE = "_XlaMustCompile"
+
+
+def _called_functions(node) -> list[str]:
+    """Library functions a node runs: a call's f, a loop's cond/body, a cond's branches."""
+    names = []
+    for value in node.attr.values():
+        if value.HasField("func"):
+            names.append(value.func.name)
+        names.extend(f.name for f in value.list.func)
+    return names
+
+
+def _must_compile(attrs) -> bool:
+    return XLA_MUST_COMPILE in attrs and attrs[XLA_MUST_COMPILE].b
+
+
+def xla_functions(graph_def) -> set[str]:
+    """Library functions XLA compiles: those marked must-compile (or called by a node
+    so marked) and everything they call, through loops, conds and nested calls."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    nodes = list(graph_def.node) + [n for f in library.values() for n in f.node_def]
+    pending = [name for name, f in library.items() if _must_compile(f.attr)]
+    pending += [name for n in nodes if _must_compile(n.attr) for name in _called_functions(n)]
+    compiled = set()
+    while pending:
+        name = pending.pop()
+        if name in compiled or name not in library:
+            continue
+        compiled.add(name)
+        pending.extend(c for n in library[name].node_def for c in _called_functions(n))
+    return compiled
+
+
+def xla_collectives(graph_def, op_types) -> tuple[int, int]:
+    """(collective ops outside XLA, collective ops inside XLA-compiled functions)."""
+    compiled = xla_functions(graph_def)
+    outside = sum(n.op in op_types for n in graph_def.node)
+    inside = 0
+    for function in graph_def.library.function:
+        count = sum(n.op in op_types for n in function.node_def)
+        if function.signature.name in compiled:
+            inside += count
+        else:
+            outside += count
+    return outside, inside
 
 
 def evaluate(model, dataset, backend) -> tuple[float, float, int]:

@@ -59,31 +59,21 @@ class Backend(abc.ABC):
         """How a compiled step calls step_fn on its batch (inside its tf.function)."""
         return step_fn(*args)
 
+    def run_replica(self, fn, *args):
+        """Inside a compiled step: fn(*args) where this rank's collectives can run (mwms:
+        its replica context); returns this rank's results as plain tensors."""
+        return fn(*args)
+
     def allreduce_gradients(self, grads):
-        """Averages gradients over ranks (called inside the compiled step)."""
+        """Averages gradients over ranks; called through run_replica inside the compiled
+        step, never inside an XLA-compiled function. Every rank gets the same values,
+        so the finite check on them needs no further agreement."""
         return grads
-
-    def apply_gradients(self, optimizer, grads, variables, finite):
-        """Applies reduced gradients if `finite` (an agreed bool tensor), else skips the
-        step; called inside the compiled step."""
-        import tensorflow as tf
-
-        def apply():
-            optimizer.apply_gradients(zip(grads, variables))
-            return tf.no_op()
-        tf.cond(finite, apply, tf.no_op)
 
     # False where the step can only run inside the backend's own run_step (mwms).
     supports_split_step = True
     # Graph op types that move data between ranks (for counting them per step).
     collective_op_types = frozenset()
-
-    def agree_all_finite(self, finite):
-        """Every rank's verdict on its gradients -> one verdict for all (in-graph).
-
-        Where gradients were reduced before the check, every rank already holds the
-        same values and so the same verdict; backends that reduce later override."""
-        return finite
 
     def step_graph_def(self, step_fn, *args):
         """The GraphDef one call of step_fn runs (for inspection and tests)."""

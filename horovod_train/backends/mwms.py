@@ -4,12 +4,14 @@ Keras 3 `model.fit` under MWMS fails on TF 2.21 ("unsupported type PerReplica ..
 a Tensor"), so the loop drives the strategy itself: `strategy.run` for steps,
 `distribute_datasets_from_function` over our own sharding for input.
 
-Gradients: a Keras 3 optimizer called in a replica context all-reduces (SUM) the
-gradients inside apply_gradients, and it cannot be called from cross-replica context
-on CPUs (its update goes through merge_call). So under mwms that SUM is THE one
-gradient reduction of the step, and allreduce_gradients only pre-divides by the
-replica count so that the sum is the mean. (Reducing ourselves as well would send
-every gradient twice.)
+Gradients: the step runs its gradients and their reduction in this worker's replica
+context (run_replica: strategy.run), where allreduce_gradients is a cross-worker
+all-reduce, and applies them after strategy.run has returned. There, outside any
+strategy scope, a Keras 3 optimizer neither all-reduces (it SUMs over replicas when
+called in a replica context) nor goes through merge_call (which fails in a
+cross-replica context on CPUs): it updates each mirrored variable's local copy, which
+XLA can compile. Every worker applies the same reduced gradients, so the finite check
+needs no collective of its own.
 """
 import json
 import os
@@ -76,62 +78,23 @@ class MwmsBackend(Backend):
             return dataset_fn(ShardInfo(ctx.input_pipeline_id, ctx.num_input_pipelines))
         return self.strategy.distribute_datasets_from_function(fn)
 
-    def _run_compiled(self, step_fn):
-        # strategy.run inside a tf.function: one graph per step instead of eager dispatch.
-        if step_fn not in self._compiled:
-            self._compiled[step_fn] = tf.function(
-                lambda *a: self.strategy.run(step_fn, args=a))
-        return self._compiled[step_fn]
-
-    def run_step(self, step_fn, *args):
-        return self._reduce_mean(self._run_compiled(step_fn)(*args))
-
-    def run_step_fed(self, step_fn, iterator, *args):
-        per_replica, waited = super().run_step_fed(step_fn, iterator, *args)
-        return self._reduce_mean(per_replica), waited
-
-    def _call_step(self, step_fn, args):
-        # The fetch sits outside strategy.run and inside the tf.function: the pattern
-        # tf.distribute documents for distributed iterators.
-        return self.strategy.run(step_fn, args=args)
-
-    def _reduce_mean(self, per_replica):
+    def run_replica(self, fn, *args):
+        outputs = self.strategy.run(fn, args=args)
+        # Reduced values are the same on every replica of this worker: take the first.
         return tf.nest.map_structure(
-            lambda v: self.strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None), per_replica)
-
-    def step_graph_def(self, step_fn, *args):
-        return self._run_compiled(step_fn).get_concrete_function(*args).graph.as_graph_def()
+            lambda v: self.strategy.experimental_local_results(v)[0], outputs)
 
     def allreduce_gradients(self, grads):
-        # The optimizer SUMs over replicas as it applies (see the module docstring);
-        # compression casts what it will sum.
+        # One batched all-reduce (MWMS packs the list) of the pre-divided gradients:
+        # the SUM of g / n is the mean; compression casts what travels.
         scale = 1.0 / self.strategy.num_replicas_in_sync
-        self.wire_bytes_per_step = sum(g.shape.num_elements() * self.wire_dtype(g).size
-                                       for g in grads)
-        return [tf.cast(g * tf.cast(scale, g.dtype), self.wire_dtype(g)) for g in grads]
+        sent = [tf.cast(g * tf.cast(scale, g.dtype), self.wire_dtype(g)) for g in grads]
+        self.wire_bytes_per_step = sum(g.shape.num_elements() * g.dtype.size for g in sent)
+        summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, sent)
+        return [tf.cast(r, g.dtype) for r, g in zip(summed, grads)]
 
     def wire_dtype(self, g):
         return {"none": g.dtype, "fp16": tf.float16, "bf16": tf.bfloat16}[self.compression]
-
-    def apply_gradients(self, optimizer, grads, variables, finite):
-        # The optimizer's update goes through merge_call, which may not sit inside a
-        # cond branch in replica context: take the cond to cross-replica context and
-        # re-enter each replica to apply (the shape Keras's LossScaleOptimizer uses).
-        def cross_replica(strategy, grads, finite):
-            def apply():
-                strategy.extended.call_for_each_replica(
-                    lambda g: optimizer.apply_gradients(zip(g, variables)), args=(grads,))
-                return tf.no_op()
-            local_finite = strategy.experimental_local_results(finite)[0]
-            tf.cond(local_finite, apply, tf.no_op)
-        tf.distribute.get_replica_context().merge_call(cross_replica, args=(grads, finite))
-
-    def agree_all_finite(self, finite):
-        # Gradients are not reduced yet when the step checks them (Keras reduces inside
-        # apply), so the ranks' local verdicts are combined: any non-finite -> all skip.
-        bad = tf.cast(tf.logical_not(finite), tf.float32)
-        total_bad = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, bad)
-        return total_bad == 0.0
 
     def _replica_all_reduce(self, op, value):
         """All-reduce of one tensor from outside any step (metrics, broadcast)."""

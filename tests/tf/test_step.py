@@ -11,15 +11,25 @@ import models  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import loop  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
-from horovod_train.step import StepOptions, TrainStep  # noqa: E402
+from horovod_train.step import (XLA_MUST_COMPILE, StepOptions, TrainStep,  # noqa: E402
+                                xla_collectives, xla_functions)
 
+from collective_probe import OP_TYPES, RingOfOne  # noqa: E402
 
 NO = tf.constant(False)
+XLA = StepOptions(jit_compile=True)
 
 
-def _setup(seed=0, options=StepOptions(), batch=16):
+@pytest.fixture
+def fp16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _setup(seed=0, options=StepOptions(), batch=16, backend=None):
     keras.utils.set_random_seed(seed)
-    backend = LocalBackend()
+    backend = backend or LocalBackend()
     backend.setup()
     model = models.get_model("digits_cnn")
     optimizer = keras.optimizers.SGD(0.1)
@@ -35,9 +45,10 @@ def _assert_same_weights(model_a, model_b, rtol=1e-6, atol=1e-7):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol)
 
 
-def test_fused_and_timed_steps_make_the_same_update():
-    step_a, model_a, x, y = _setup()
-    step_b, model_b, _, _ = _setup()
+@pytest.mark.parametrize("options", [StepOptions(), XLA], ids=["plain", "xla"])
+def test_fused_and_timed_steps_make_the_same_update(options):
+    step_a, model_a, x, y = _setup(options=options)
+    step_b, model_b, _, _ = _setup(options=options)
     loss_a, finite_a = step_a.fused(x, y, NO)
     loss_b, finite_b, parts = step_b.timed(x, y, NO)
     assert float(loss_a) == pytest.approx(loss_b, rel=1e-6) and float(finite_a) == finite_b == 1.0
@@ -45,11 +56,14 @@ def test_fused_and_timed_steps_make_the_same_update():
     _assert_same_weights(model_a, model_b)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["plain", "xla"])
 @pytest.mark.parametrize("k", [2, 4])
-def test_k_micro_batches_equal_one_batch_of_k_times_b(k):
-    """Accumulation: k micro-batches of 8 give the update of one batch of 8k."""
-    plain, model_a, x, y = _setup(batch=8 * k)
-    accum, model_b, _, _ = _setup(options=StepOptions(accum_steps=k), batch=8 * k)
+def test_k_micro_batches_equal_one_batch_of_k_times_b(k, jit):
+    """Accumulation: k micro-batches of 8 give the update of one batch of 8k, with the
+    accumulation loop inside XLA or not."""
+    plain, model_a, x, y = _setup(options=StepOptions(jit_compile=jit), batch=8 * k)
+    accum, model_b, _, _ = _setup(options=StepOptions(accum_steps=k, jit_compile=jit),
+                                  batch=8 * k)
     for _ in range(3):
         loss_a, _ = plain.fused(x, y, NO)
         loss_b, _ = accum.fused(x, y, NO)
@@ -59,8 +73,8 @@ def test_k_micro_batches_equal_one_batch_of_k_times_b(k):
     assert moved > 0  # weights are real numbers, the comparison is not of zeros
 
 
-def test_nonfinite_gradients_skip_the_step_and_halve_the_scale():
-    step, model, x, y = _setup(options=StepOptions(loss_scaling=True, inject_nonfinite=(1, 0)))
+def _check_poisoned_step_is_skipped(options):
+    step, model, x, y = _setup(options=options)
     before = [np.asarray(w).copy() for w in model.weights]
     scale = float(step.loss_scale.scale.numpy())
     _, finite = step.fused(x, y, step.poison(1, 0))
@@ -71,6 +85,62 @@ def test_nonfinite_gradients_skip_the_step_and_halve_the_scale():
     _, finite = step.fused(x, y, step.poison(2, 0))
     assert float(finite) == 1.0
     assert any(not np.array_equal(b, np.asarray(w)) for b, w in zip(before, model.weights))
+
+
+def test_nonfinite_gradients_skip_the_step_and_halve_the_scale():
+    _check_poisoned_step_is_skipped(StepOptions(loss_scaling=True, inject_nonfinite=(1, 0)))
+
+
+def test_fp16_loss_scaling_under_xla_skips_a_poisoned_step(fp16):
+    _check_poisoned_step_is_skipped(StepOptions(loss_scaling=True, inject_nonfinite=(1, 0),
+                                                jit_compile=True))
+
+
+def test_xla_and_plain_steps_make_the_same_update():
+    plain, model_a, x, y = _setup()
+    xla, model_b, _, _ = _setup(options=XLA)
+    for _ in range(3):
+        loss_a, _ = plain.fused(x, y, NO)
+        loss_b, _ = xla.fused(x, y, NO)
+        assert float(loss_a) == pytest.approx(float(loss_b), rel=1e-5)
+    _assert_same_weights(model_a, model_b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_collectives_stay_outside_the_xla_functions(k):
+    """The fused step's graph: the gradients, the accumulation loop and the update are
+    must-compile, and the one collective per gradient sits outside all of them. The step
+    also runs: XLA on CPU would refuse a collective that had moved inside."""
+    step, model, x, y = _setup(backend=RingOfOne(), options=StepOptions(accum_steps=k,
+                                                                        jit_compile=True))
+    graph = step.graph_def(x, y)
+    compiled = xla_functions(graph)
+    marked = [f.signature.name for f in graph.library.function
+              if XLA_MUST_COMPILE in f.attr and f.attr[XLA_MUST_COMPILE].b]
+    assert len(marked) == 2  # the gradients and the update
+    assert (k > 1) == any(name.startswith("while_body") for name in compiled)  # the k loop
+    n = len(model.trainable_variables)
+    assert xla_collectives(graph, OP_TYPES) == (n, 0)
+    assert step.graph_facts(x, y) == {"collective_ops_per_step": n, "collective_ops_in_xla": 0,
+                                      "xla_compiled_functions": len(compiled)}
+    loss, finite = step.fused(x, y, NO)
+    assert float(finite) == 1.0 and np.isfinite(float(loss))
+
+
+def test_the_graph_check_sees_an_allreduce_moved_inside_xla():
+    """The check has teeth: a step that reduces inside its XLA gradients function is
+    caught in the graph (and XLA refuses to run it)."""
+    class ReducesInsideXla(TrainStep):
+        def _grads(self, x, y, poison):
+            loss, grads = super()._grads(x, y, poison)
+            return loss, self.backend.allreduce_gradients(grads)
+
+    _, model, x, y = _setup()
+    step = ReducesInsideXla(model, keras.optimizers.SGD(0.1), RingOfOne(), XLA)
+    n = len(model.trainable_variables)
+    assert xla_collectives(step.graph_def(x, y), OP_TYPES) == (n, n)
+    with pytest.raises(tf.errors.UnimplementedError, match="Collectives are not yet implemented"):
+        step.fused(x, y, NO)
 
 
 def test_loss_scale_grows_after_interval_and_never_drops_below_one():
