@@ -13,6 +13,7 @@ from absl import logging
 import models
 from horovod_train import backends, checkpoint, env, metrics, observe, runtime, watchdog
 from horovod_train import data as data_lib
+from horovod_train.config import resolve_jit_compile
 from horovod_train.data import pipeline, sharding
 from horovod_train.errors import UsageError
 
@@ -129,7 +130,6 @@ class _Trainer:
             inject_nonfinite=speed.injection(), jit_compile=jit_compile))
         self.skipped_steps = 0
         self.nonfinite_run = 0  # consecutive skipped steps
-        self.collectives_per_step = None
         # What the step's graph holds (TrainStep.graph_facts), read at the first step.
         self.graph_facts = dict.fromkeys(("collective_ops_per_step", "collective_ops_in_xla",
                                           "xla_compiled_functions"))
@@ -205,12 +205,11 @@ class _Trainer:
         self.meter.add(batch, waited, t2 - t0 - waited, loss)
         # Steps that trace (the first fused one, the first split one) are set-up, not
         # throughput: the summary's samples/s leaves them out.
-        if self.collectives_per_step is not None and not tracing_split:
+        if self.graph_facts["collective_ops_per_step"] is not None and not tracing_split:
             self.train_seconds += t2 - t0
             self.train_samples += batch
         else:  # this process's first step (traced): timed out, collectives counted
             self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
-            self.collectives_per_step = self.graph_facts["collective_ops_per_step"]
             # Inspecting the graph is set-up, not training: off the interval's clock.
             self.meter.excluded_s += time.perf_counter() - t2
         self.global_step += 1
@@ -360,13 +359,6 @@ def _timeline_path(config, launch) -> str | None:
     return os.path.join(config.observe.run_dir, "timeline.json")
 
 
-def _resolve_jit(config) -> bool:
-    """--jit_compile for the GPUs this rank sees, once setup() has pinned its own."""
-    import tensorflow as tf
-    from horovod_train.config import resolve_jit_compile
-    return resolve_jit_compile(config.speed.jit_compile, len(tf.config.list_logical_devices("GPU")))
-
-
 def run(config) -> dict:
     """Trains per `config` on this process's rank; returns the run summary."""
     wall_start = time.perf_counter()
@@ -384,7 +376,8 @@ def run(config) -> dict:
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)
     runtime.configure_determinism(config.runtime)
-    jit = _resolve_jit(config)
+    # After setup(), which pinned this rank's GPU: the devices it will train on.
+    jit = resolve_jit_compile(config.speed.jit_compile, runtime.visible_gpus())
     logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
                  "jit_compile %s | %s", backend_name, info.size, info.local_size, intra, inter,
                  jit, config.to_dict())

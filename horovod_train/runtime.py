@@ -31,6 +31,12 @@ def configure_determinism(config):
         tf.config.experimental.enable_op_determinism()
 
 
+def visible_gpus() -> int:
+    """GPUs TensorFlow will use in this process (after any pinning)."""
+    import tensorflow as tf
+    return len(tf.config.list_logical_devices("GPU"))
+
+
 def quiet_non_chief(is_chief: bool):
     """Only the chief talks; other ranks keep warnings and errors. Called again when
     an elastic ring re-forms, since the chief may then be another process."""
