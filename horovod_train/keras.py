@@ -19,7 +19,8 @@ the one cross-rank step (an allreduce of the gradients) before it applies them. 
   ops on it, one per gradient dtype and step.
 Loss scaling wraps the reduction (as in horovod_train.step): scaled gradients are
 reduced, then unscaled and checked, so every rank sees the same numbers and skips or
-applies the same steps.
+applies the same steps. With compile(jit_compile=True), XLA compiles the step's compute
+and the update, and the reduction runs between them (keras_jit.py).
 """
 import contextlib
 import types
@@ -268,6 +269,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         self.loss_scaling = bool(loss_scaling)
         self._strategy = None  # bound by Strategy.distributed_optimizer, else the active one
         self._inject = None
+        self.xla = None  # keras_jit.XlaParts, once fit compiles around the collectives
         self._ready = True
 
     def __setattr__(self, name, value):
@@ -325,6 +327,9 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         if not self.built:
             self.build(variables)
         grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+        if self.xla is not None and self.xla.calls is not None:  # traced in XLA: apply later
+            self.xla.calls.append((grads, variables))
+            return
         grads = self._poisoned(grads)
         if self.accum_steps == 1:
             self._reduce_and_apply(grads, variables)
@@ -362,6 +367,12 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         grads = list(grads)
         for i, g in zip(present, reduced):
             grads[i] = g
+        if self.xla is not None:  # after the collective, in an XLA function of its own
+            self.xla.update(grads, variables)
+        else:
+            self.unscale_check_apply(grads, variables)
+
+    def unscale_check_apply(self, grads, variables):
         inverse = 1.0 / self.dynamic_scale
         grads = [None if g is None else g * tf.cast(inverse, g.dtype) for g in grads]
         # Reduced values are identical on every rank, so is this verdict.

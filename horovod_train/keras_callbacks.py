@@ -81,8 +81,9 @@ class BroadcastInitialState(keras.callbacks.Callback):
         self.done = False
 
     def on_train_begin(self, logs=None):
+        from horovod_train.keras_jit import compile_around_collectives
         check_compiled_optimizer(self.model, self.strategy)
-        self._no_xla()
+        compile_around_collectives(self.model, self.strategy)
         if not self.done and self.model.built and self.model.weights:
             self._broadcast()
 
@@ -97,16 +98,6 @@ class BroadcastInitialState(keras.callbacks.Callback):
         variables = list(self.model.weights) + (list(opt.variables) if opt is not None else [])
         self.strategy.backend.broadcast_variables(variables)
         self.done = True
-
-    def _no_xla(self):
-        # XLA cannot compile Horovod's or the collective runtime's ops; Keras turns
-        # jit_compile on by itself on GPU hosts.
-        if self.strategy.backend_name != "local" and self.model.jit_compile:
-            logging.warning("htk | jit_compile turned off for the train step: XLA cannot "
-                            "compile the cross-rank collectives. Fix (silences this): "
-                            "compile(jit_compile=False)")
-            self.model.jit_compile = False
-            self.model.make_train_function(force=True)
 
 
 class MetricAverage(keras.callbacks.Callback):

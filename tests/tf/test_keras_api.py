@@ -173,15 +173,31 @@ def test_plain_optimizer_on_several_ranks_fails_at_train_begin():
         model.fit(*_data(), epochs=1, verbose=0, callbacks=[kc.BroadcastInitialState(_fake())])
 
 
-def test_xla_is_turned_off_where_collectives_run(strategy, monkeypatch):
-    monkeypatch.setattr(strategy, "backend_name", "horovod")  # a backend with collectives
+def test_xla_compiles_around_the_collective_and_trains_as_without(strategy, monkeypatch):
+    """jit_compile=True on 'two ranks' whose reduction is a real collective op (a group of
+    one, so the result is the identity): fit runs the model's step and the update under
+    XLA with the collective between them (XLA on CPU would refuse it inside), and trains
+    exactly as the same fit without XLA."""
+    from collective_probe import ring_of_one
+    from horovod_train.backends.base import ProcessInfo
+    from horovod_train.keras_jit import SplitTrainStep
+    plain, _ = _fit(strategy, keras.optimizers.Adam(0.01), batch=16, epochs=2)
+    monkeypatch.setattr(strategy, "info", ProcessInfo(size=2))
+    monkeypatch.setattr(strategy, "_reduce", ring_of_one)
     model = _model()
     with strategy.scope():
-        model.compile(optimizer=strategy.distributed_optimizer(keras.optimizers.SGD(0.1)),
-                      loss=LOSS, jit_compile=True)
-    assert model.jit_compile is True
-    model.fit(*_data(), epochs=1, verbose=0, callbacks=strategy.callbacks())
-    assert model.jit_compile is False
+        opt = strategy.distributed_optimizer(keras.optimizers.Adam(0.01))
+        model.compile(optimizer=opt, loss=LOSS, metrics=["accuracy"], jit_compile=True)
+    model.fit(*_data(), batch_size=16, epochs=2, shuffle=False, verbose=0,
+              callbacks=strategy.callbacks())
+    assert model.jit_compile is True and isinstance(model.train_step, SplitTrainStep)
+    assert model.train_step.forward.experimental_get_tracing_count() >= 1
+    [update] = opt.xla.updates.values()
+    assert update.experimental_get_tracing_count() >= 1
+    assert int(opt.iterations.numpy()) == 8
+    for a, b in zip(_weights(plain), _weights(model)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(_weights(model)[0], _weights(_model())[0])  # it trained
 
 
 def test_shards_are_disjoint_equal_and_cover_for_several_sizes():
