@@ -1,7 +1,14 @@
 # The two README commands: `make train` and `make test`. Both set up first;
 # setup is idempotent and takes seconds once done (scripts/setup.sh).
 SHELL := /bin/bash
+# GPU=1: the NCCL build in .venv-gpu (scripts/setup_gpu.sh). Unset: 1 when nvidia-smi
+# lists a GPU, so that on a GPU host every target uses the GPU build untold.
+GPU ?= $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo 1 || echo 0)
+ifeq ($(GPU),1)
+VENV ?= $(CURDIR)/.venv-gpu
+else
 VENV ?= $(CURDIR)/.venv
+endif
 NP ?= 2
 RUN_DIR ?= runs/train
 # Open MPI refuses to start as root unless told that this is deliberate (CI runs as root).
@@ -12,7 +19,7 @@ export PATH := $(VENV)/bin:$(PATH)
 .PHONY: setup train test test-fast bench clean
 
 setup:
-	@VENV=$(VENV) bash scripts/setup.sh
+	@GPU=$(GPU) VENV=$(VENV) bash scripts/setup.sh
 
 # A real 2-process Horovod run on the bundled digits data.
 # TF_CPP_MIN_LOG_LEVEL=2 hides TensorFlow's "no CUDA driver" noise on CPU hosts.

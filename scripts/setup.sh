@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
 # One idempotent setup for a fresh Debian 12 machine (as root, no stdin) or a re-run.
 #   1. apt packages (OpenMPI, compilers, cmake 3.25) - only what is missing;
-#   2. .venv with the pinned requirements - only when requirements.txt changed;
+#   2. the venv with the pinned requirements - only when the requirements changed;
 #   3. horovod==$HOROVOD_VERSION built from source against the venv's TensorFlow -
-#      the wheel is cached per TF/Python version, so re-runs install it in seconds;
+#      the wheel is cached per TF/CUDA/Python version, so re-runs install it in seconds;
 #   4. this package, editable.
 # Each step leaves a stamp, so a machine that is already set up finishes in seconds.
+#
+# GPU=1 builds the GPU variant instead: .venv-gpu with tensorflow[and-cuda] and
+# Horovod with NCCL (scripts/setup_gpu.sh). The CPU .venv is left as it is.
 set -euo pipefail
+shopt -s inherit_errexit
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${VENV:-$ROOT/.venv}
+GPU=${GPU:-0}
 PYTHON=${PYTHON:-python3}
 CACHE=${HOROVOD_TRAIN_CACHE:-$HOME/.cache/horovod_train}
 HOROVOD_VERSION=0.28.1
 APT_PACKAGES=(openmpi-bin libopenmpi-dev build-essential cmake git python3-dev python3-venv iproute2 procps)
+FRAMEWORKS=(TensorFlow MPI Gloo)  # what horovodrun --check-build must list
+if [[ $GPU == 1 ]]; then
+  VENV=${VENV:-$ROOT/.venv-gpu}
+  REQUIREMENTS=$ROOT/requirements-gpu.txt
+  source "$ROOT/scripts/setup_gpu.sh"
+  APT_PACKAGES+=("${GPU_APT_PACKAGES[@]}")
+  FRAMEWORKS+=(NCCL)
+elif [[ $GPU == 0 ]]; then
+  VENV=${VENV:-$ROOT/.venv}
+  REQUIREMENTS=$ROOT/requirements.txt
+else
+  printf '[setup] ERROR: GPU=%s; expected 0 or 1. Fix: make setup GPU=1 (NCCL build) or GPU=0\n' "$GPU" >&2
+  exit 2
+fi
 
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -33,12 +51,12 @@ install_apt_packages() {
 install_requirements() {
   [[ -x $VENV/bin/python ]] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
   local want have
-  want=$(sha256sum "$ROOT/requirements.txt" | cut -d' ' -f1)
+  want=$(cat "$ROOT"/requirements*.txt | sha256sum | cut -d' ' -f1)  # the GPU file includes the CPU one
   have=$(cat "$VENV/.requirements.sha256" 2>/dev/null || true)
   [[ $want == "$have" ]] && { log "python requirements present"; return; }
   log "installing python requirements (tensorflow is large: a few minutes the first time)"
   "$VENV/bin/pip" install -q --upgrade pip setuptools wheel </dev/null
-  "$VENV/bin/pip" install -q -r "$ROOT/requirements.txt" </dev/null
+  "$VENV/bin/pip" install -q -r "$REQUIREMENTS" </dev/null
   echo "$want" >"$VENV/.requirements.sha256"
   rm -f "$VENV/.horovod.stamp"  # TF may have changed: the Horovod build must match it
 }
@@ -48,7 +66,7 @@ install_requirements() {
 # (highwayhash). That file's code is compiled only for GPU builds (HAVE_GPU); on CPU
 # it needs its XLA includes to resolve and nothing more, so empty placeholders at
 # those paths, found first through -iquote, let it compile. GPU builds must not use
-# this (see the README: they need TF's full XLA headers).
+# this: they compile that code, against forwarding headers (setup_gpu.sh).
 XLA_INCLUDES=(
   tensorflow/compiler/tf2xla/xla_op_kernel.h
   tensorflow/compiler/tf2xla/xla_op_registry.h
@@ -68,15 +86,22 @@ make_xla_placeholders() {
 }
 
 build_horovod_wheel() {
-  local wheel_dir=$1 shim=$CACHE/xla-placeholders
-  make_xla_placeholders "$shim"
-  log "building horovod==$HOROVOD_VERSION from source (2-3 minutes on 2 cores); log: $CACHE/horovod-build.log"
+  local wheel_dir=$1 shim=$CACHE/xla-placeholders extra=()
+  if [[ $GPU == 1 ]]; then
+    gpu_build_env >"$CACHE/gpu-build.env"  # in this shell, so that a failure stops setup
+    mapfile -t extra <"$CACHE/gpu-build.env"
+  else
+    make_xla_placeholders "$shim"
+    extra=("CXXFLAGS=-iquote $shim")
+  fi
+  log "building horovod==$HOROVOD_VERSION from source (5-15 minutes on 2 cores); log: $CACHE/horovod-build.log"
   # Debian's cmake 3.25 (not PyPI's cmake 4, which rejects the bundled Gloo); the policy
-  # minimum is belt and braces in case a newer cmake is first on PATH.
+  # minimum is belt and braces in case a newer cmake is first on PATH. --no-cache-dir:
+  # pip's own wheel cache would hand the GPU build the CPU wheel (same name and version).
   if ! env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
       HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CMAKE=/usr/bin/cmake \
-      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j2 CXXFLAGS="-iquote $shim" \
-      "$VENV/bin/pip" wheel --no-build-isolation --no-deps --no-binary horovod \
+      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j2 "${extra[@]}" \
+      "$VENV/bin/pip" wheel -v --no-cache-dir --no-build-isolation --no-deps --no-binary horovod \
         -w "$wheel_dir" "horovod==$HOROVOD_VERSION" </dev/null >"$CACHE/horovod-build.log" 2>&1; then
     tail -n 40 "$CACHE/horovod-build.log" >&2
     die "the Horovod build failed; full log in $CACHE/horovod-build.log"
@@ -87,29 +112,40 @@ install_horovod() {
   local tag stamp_want wheel_dir wheel
   tag=$("$VENV/bin/python" -c 'import sys, importlib.metadata as m
 print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
+  if [[ $GPU == 1 ]]; then
+    CUDA_BUILD_HOME=$(find_cuda_home)
+    tag=${tag/-py/-$(cuda_tag)-py}
+  fi
   stamp_want="horovod-$HOROVOD_VERSION-$tag"
   [[ $(cat "$VENV/.horovod.stamp" 2>/dev/null || true) == "$stamp_want" ]] && { log "horovod present ($stamp_want)"; return; }
   wheel_dir=$CACHE/wheels/$tag
-  mkdir -p "$wheel_dir"
   wheel=$(ls "$wheel_dir"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
-  if [[ -z $wheel ]]; then
-    build_horovod_wheel "$wheel_dir"
-    wheel=$(ls "$wheel_dir"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
-  else
+  if [[ -n $wheel ]]; then
     log "using cached wheel $wheel"
+    install_checked "$wheel"
+  else
+    # Built aside and cached only once it has passed the check: a wheel that fails
+    # it must not be handed to every later setup.
+    rm -rf "$wheel_dir.new"
+    build_horovod_wheel "$wheel_dir.new"
+    install_checked "$(ls "$wheel_dir.new"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)"
+    rm -rf "$wheel_dir" && mv "$wheel_dir.new" "$wheel_dir"
   fi
-  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$wheel" </dev/null
-  check_horovod_build
   echo "$stamp_want" >"$VENV/.horovod.stamp"
+}
+
+install_checked() {
+  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$1" </dev/null
+  check_horovod_build
 }
 
 check_horovod_build() {
   local out
   out=$("$VENV/bin/horovodrun" --check-build 2>&1) || die "horovodrun --check-build failed: $out"
-  for fw in TensorFlow MPI Gloo; do
+  for fw in "${FRAMEWORKS[@]}"; do
     grep -q "\[X\] $fw" <<<"$out" || die "horovod was built without $fw:\n$out"
   done
-  log "horovodrun --check-build: TensorFlow, MPI and Gloo present"
+  log "horovodrun --check-build: ${FRAMEWORKS[*]} present"
 }
 
 install_package() {
