@@ -17,6 +17,8 @@ from sklearn.model_selection import train_test_split
 
 import horovod_train.keras as htk  # horovod_train:
 
+JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Keras 3 fit on scikit-learn's digits")
@@ -27,6 +29,8 @@ def parse_args(argv=None):
     parser.add_argument("--intra_op", type=int, default=0, help="intra-op threads; 0 = default")
     parser.add_argument("--checkpoint", help="save the model here after every epoch (.keras)")
     parser.add_argument("--summary_json", help="write test accuracy and a weight digest here")
+    parser.add_argument("--jit_compile", choices=["auto", "true", "false"], default="auto",
+                        help="XLA for the train step; auto (Keras's default) = on with a GPU")
     parser.add_argument("--backend", default="auto")  # horovod_train: horovod, mwms, local
     parser.add_argument("--inject_nonfinite")  # horovod_train: test hook: CALL@RANK gets inf
     return parser.parse_args(argv)
@@ -73,7 +77,8 @@ def main(args):
             keras.optimizers.Adam(args.learning_rate * strategy.size),  # horovod_train: lr x ranks
             inject_nonfinite=args.inject_nonfinite and args.inject_nonfinite.split("@"))  # horovod_train:
         model.compile(optimizer=optimizer, metrics=["accuracy"],  # horovod_train: (indented)
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # horovod_train:
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),  # horovod_train:
+                      jit_compile=JIT_COMPILE[args.jit_compile])  # horovod_train: (indented)
     # horovod_train: broadcast from rank 0, averaged metrics, warmup, chief-only checkpoint and log
     callbacks = strategy.callbacks(checkpoint=args.checkpoint, warmup_epochs=1)  # horovod_train:
 
@@ -91,6 +96,7 @@ def main(args):
                    "predict_accuracy": float(np.mean(predicted == y_test)),
                    "skipped_steps": skips[:, 0].tolist(),  # horovod_train: per rank
                    "loss_scale": skips[:, 1].tolist(),  # horovod_train: per rank
+                   "jit_compile": bool(model.jit_compile),
                    "history": history.history, "weight_digests": digests}
         with open(args.summary_json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -15,6 +15,8 @@ import tensorflow as tf
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
+JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Keras 3 fit on scikit-learn's digits")
@@ -25,6 +27,8 @@ def parse_args(argv=None):
     parser.add_argument("--intra_op", type=int, default=0, help="intra-op threads; 0 = default")
     parser.add_argument("--checkpoint", help="save the model here after every epoch (.keras)")
     parser.add_argument("--summary_json", help="write test accuracy and a weight digest here")
+    parser.add_argument("--jit_compile", choices=["auto", "true", "false"], default="auto",
+                        help="XLA for the train step; auto (Keras's default) = on with a GPU")
     return parser.parse_args(argv)
 
 
@@ -65,7 +69,8 @@ def main(args):
     model = build_model()
     optimizer = keras.optimizers.Adam(args.learning_rate)
     model.compile(optimizer=optimizer, metrics=["accuracy"],
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=JIT_COMPILE[args.jit_compile])
     callbacks = [keras.callbacks.ModelCheckpoint(args.checkpoint)] if args.checkpoint else []
 
     history = model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
@@ -79,6 +84,7 @@ def main(args):
         summary = {"world_size": 1,
                    "test_accuracy": test_accuracy, "test_loss": test_loss,
                    "predict_accuracy": float(np.mean(predicted == y_test)),
+                   "jit_compile": bool(model.jit_compile),
                    "history": history.history, "weight_digests": digests}
         with open(args.summary_json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -56,6 +56,11 @@ CASES = {
     "horovodrun-gloo": ("gloo", [], None, True),
     "horovodrun-mpi": ("mpi", ["--precision=mixed_float16"], "5@1", False),
     "mwms-workers": ("mwms", ["--precision=mixed_float16"], "7@0", True),
+    # compile(jit_compile=True): XLA around the collectives (keras_jit.py). Were the
+    # allreduce inside the XLA step, these would fail: XLA on CPU compiles neither
+    # Horovod's ops nor TF's collectives.
+    "horovodrun-gloo-xla": ("gloo", ["--jit_compile=true"], None, True),
+    "mwms-workers-xla": ("mwms", ["--jit_compile=true", "--precision=mixed_float16"], "7@0", False),
 }
 
 
@@ -75,6 +80,8 @@ def test_example_trains_identical_replicas(tmp_path, case):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["world_size"] == 2
     assert summary["backend"] == ("mwms" if launcher == "mwms" else "horovod")
+    # Still on after fit (the drop-in used to turn it off); auto is off on CPU.
+    assert summary["jit_compile"] is ("--jit_compile=true" in extra)
     digests = summary["weight_digests"]
     assert len(digests) == 2 and len(set(digests)) == 1, f"ranks diverged: {digests}"
     assert summary["test_accuracy"] >= 0.95, summary["history"]
