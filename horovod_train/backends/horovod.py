@@ -50,11 +50,13 @@ def knob_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allreduc
     return env
 
 
-def _cpu_sharing_defaults(local_size: int) -> dict:
-    """The env defaults we set for several CPU ranks on one host; the user's win."""
-    if local_size < 2 or os.environ.get("CUDA_VISIBLE_DEVICES", "") not in ("", "-1"):
+def _cpu_sharing_defaults(local_size: int, gpus: int, environ) -> dict:
+    """The env defaults we set for several CPU ranks on one host; the user's win. Not on
+    a GPU host: its ranks wait on their GPUs, and a 5 ms cycle would delay every
+    allreduce."""
+    if local_size < 2 or gpus > 0:
         return {}
-    return {k: v for k, v in CPU_SHARING_DEFAULTS.items() if k not in os.environ}
+    return {k: v for k, v in CPU_SHARING_DEFAULTS.items() if k not in environ}
 
 
 class HorovodBackend(Backend):
@@ -76,7 +78,10 @@ class HorovodBackend(Backend):
 
     def setup(self) -> ProcessInfo:
         from horovod_train.env import launch_info
-        self.chosen_env = {k: v for k, v in _cpu_sharing_defaults(launch_info().local_size).items()
+        # Physical devices: listing them does not create TF's devices (pinning comes later).
+        gpus = len(tf.config.list_physical_devices("GPU"))
+        self.chosen_env = {k: v for k, v in
+                           _cpu_sharing_defaults(launch_info().local_size, gpus, os.environ).items()
                            if k not in self.knobs}
         os.environ.update(self.chosen_env)
         os.environ.update(self.knobs)
