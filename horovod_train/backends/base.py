@@ -70,7 +70,7 @@ class Backend(abc.ABC):
         so the finite check on them needs no further agreement."""
         return grads
 
-    # False where the step can only run inside the backend's own run_step (mwms).
+    # False where the gradients must be computed inside run_replica (mwms).
     supports_split_step = True
     # Graph op types that move data between ranks (for counting them per step).
     collective_op_types = frozenset()

@@ -33,7 +33,8 @@ IMPLEMENTATIONS = {
 
 class MwmsBackend(Backend):
     name = "mwms"
-    supports_split_step = False  # every part must run inside strategy.run
+    # The split step computes gradients as a call of its own, outside strategy.run.
+    supports_split_step = False
     collective_op_types = frozenset({"CollectiveReduce", "CollectiveReduceV2",
                                      "CollectiveReduceV3", "CollectiveGather",
                                      "CollectiveGatherV2"})
