@@ -1,6 +1,7 @@
-"""Every figure of issue 12 in one invocation: M1..M6 and horovod vs mwms.
+"""Every figure of issue 12 in one invocation: M1..M6 and horovod vs mwms, and issue
+18's step with and without XLA on CPU.
 
-  python bench/run_all.py [--short] [--out_dir runs/bench] [--only m1,m2,comm,m6]
+  python bench/run_all.py [--short] [--out_dir runs/bench] [--only m1,m2,comm,xla,m6]
 
 `make bench` runs the short version (fewer steps, one repeat; under 10 minutes on
 an idle 2-core host). Each figure prints its table and writes <out_dir>/<name>.json;
@@ -13,12 +14,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import comm, common, overhead, plot, scaling  # noqa: E402
+from bench import comm, common, overhead, plot, scaling, xla  # noqa: E402
 
 FIGURES = {
     "m1_overhead": (overhead.measure, overhead.report),
     "m2_scaling": (scaling.measure, scaling.report),
     "comm": (comm.measure, comm.report),
+    "xla": (xla.measure, xla.report),  # issue 18
 }
 
 

@@ -50,15 +50,16 @@ class SpeedConfig:
         return int(step), int(rank)
 
 
-def resolve_jit_compile(requested: str, visible_gpus: int) -> bool:
+def resolve_jit_compile(requested: str, visible_gpus: int, deterministic: bool = False) -> bool:
     """--jit_compile and the GPUs this rank sees -> whether the step's compute is XLA.
 
     auto follows Keras's own default: on with a GPU, where fusing the step's many small
-    kernels pays; off on CPU, where XLA's code is rarely faster than TF's oneDNN kernels
-    and every new input shape costs a compile."""
+    kernels is what XLA is for; off on CPU, where it measured slower (bench/xla.py: 1.3x
+    to 2x the step time on 2 cores) and every new input shape costs a compile; off under
+    op determinism, for which XLA lacks kernels (see RunConfig)."""
     check_choice("--jit_compile", requested, JIT_MODES)
     if requested == "auto":
-        return visible_gpus > 0
+        return visible_gpus > 0 and not deterministic
     return requested == "true"
 
 
@@ -237,6 +238,12 @@ class RunConfig:
         from horovod_train.data import available_datasets
         check_choice("--model", self.model, models.available_models())
         check_choice("--dataset", self.data.dataset, available_datasets())
+        if self.speed.jit_compile == "true" and self.runtime.deterministic:
+            raise usage_error("--jit_compile", "true with --deterministic",
+                              "one of the two: XLA has no deterministic kernels for some ops "
+                              "(TF: 'MaxPool gradient ops do not yet have a deterministic XLA "
+                              "implementation')",
+                              "drop --deterministic, or pass --jit_compile=auto or false")
         if self.runtime.elastic and self.train.checkpoint_dir:
             raise usage_error("--elastic", f"with --checkpoint_dir={self.train.checkpoint_dir}",
                               "one of the two: elastic runs keep their state in memory "

@@ -377,7 +377,8 @@ def run(config) -> dict:
     runtime.quiet_non_chief(info.is_chief)
     runtime.configure_determinism(config.runtime)
     # After setup(), which pinned this rank's GPU: the devices it will train on.
-    jit = resolve_jit_compile(config.speed.jit_compile, runtime.visible_gpus())
+    jit = resolve_jit_compile(config.speed.jit_compile, runtime.visible_gpus(),
+                              config.runtime.deterministic)
     logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
                  "jit_compile %s | %s", backend_name, info.size, info.local_size, intra, inter,
                  jit, config.to_dict())

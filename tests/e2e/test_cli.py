@@ -20,6 +20,7 @@ TRAIN = [sys.executable, "-m", "horovod_train"]
     (["--batch_size=seven"], "--batch_size"),
     (["--no_such_flag=1"], "no_such_flag"),
     (["--jit_compile=yes"], "--jit_compile: received 'yes'; expected one of: auto, false, true"),
+    (["--jit_compile=true", "--deterministic"], "drop --deterministic"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     proc = run_cli(TRAIN + args, timeout=300)

@@ -18,6 +18,9 @@ from horovod_train.errors import UsageError
     (lambda: cfg.DataConfig(data_dir="/no/such/dir"), ["--data_dir", "/no/such/dir", "existing"]),
     (lambda: cfg.SpeedConfig(jit_compile="on"), ["--jit_compile", "'on'", "auto, false, true"]),
     (lambda: cfg.resolve_jit_compile("True", 0), ["--jit_compile", "'True'", "Fix"]),
+    (lambda: cfg.RunConfig(speed=cfg.SpeedConfig(jit_compile="true"),
+                           runtime=cfg.RuntimeConfig(deterministic=True)),
+     ["--jit_compile", "with --deterministic", "deterministic XLA", "Fix: drop --deterministic"]),
 ])
 def test_bad_values_name_flag_value_and_fix(build, fragments):
     with pytest.raises(UsageError) as err:
@@ -46,3 +49,8 @@ def test_defaults_are_valid_and_frozen():
 ])
 def test_jit_compile_resolves_from_the_request_and_the_visible_gpus(requested, gpus, expected):
     assert cfg.resolve_jit_compile(requested, gpus) is expected
+
+
+def test_auto_leaves_xla_off_under_op_determinism_even_with_a_gpu():
+    assert cfg.resolve_jit_compile("auto", 4, deterministic=True) is False
+    assert cfg.resolve_jit_compile("auto", 4, deterministic=False) is True
