@@ -41,8 +41,8 @@ class SplitTrainStep:
     """Stands in for model.train_step (an instance attribute): part 1 compiled, then the
     optimizer's apply with the recorded gradients, outside XLA."""
 
-    def __init__(self, model, optimizer):
-        self.keras_step = model.train_step  # the model's own, a user's override included
+    def __init__(self, keras_step, optimizer):
+        self.keras_step = keras_step  # the model's own, a user's override included
         self.optimizer = optimizer
         self.variables = None  # what the traced step passed to apply()
         self.forward = tf.function(self._forward, jit_compile=True, reduce_retracing=True)
@@ -70,13 +70,17 @@ class SplitTrainStep:
 def compile_around_collectives(model, strategy):
     """At train begin: where jit_compile is on and the step communicates, split it (see
     the module docstring). One rank has no collective, and Keras's whole-step XLA stays."""
+    step, optimizer = model.train_step, model.optimizer
+    split = isinstance(step, SplitTrainStep)
     if strategy.size == 1 or not model.jit_compile:
+        if split:  # split by an earlier fit, recompiled without XLA since: undo it
+            step.optimizer.xla = None
+            del model.train_step
+            model.make_train_function(force=True)
         return
-    optimizer = model.optimizer
-    if optimizer.xla is None:
-        optimizer.xla = XlaParts(optimizer)
-    if not isinstance(model.train_step, SplitTrainStep):
-        model.train_step = SplitTrainStep(model, optimizer)
+    if not split or step.optimizer is not optimizer:  # first fit, or compiled anew
+        model.train_step = SplitTrainStep(step.keras_step if split else step, optimizer)
+    optimizer.xla = optimizer.xla or XlaParts(optimizer)
     # fit built its train function before train begin, as one XLA cluster: rebuild it
     # without, around the compiled parts. jit_compile stays on for evaluate and predict.
     model.jit_compile = False

@@ -198,6 +198,17 @@ def test_xla_compiles_around_the_collective_and_trains_as_without(strategy, monk
     for a, b in zip(_weights(plain), _weights(model)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert not np.allclose(_weights(model)[0], _weights(_model())[0])  # it trained
+    # Compiled anew: with another optimizer the split follows it; without XLA it is undone.
+    with strategy.scope():
+        other = strategy.distributed_optimizer(keras.optimizers.SGD(0.01))
+        model.compile(optimizer=other, loss=LOSS, jit_compile=True)
+    model.fit(*_data(), batch_size=16, verbose=0, callbacks=strategy.callbacks())
+    assert model.train_step.optimizer is other and int(other.iterations.numpy()) == 4
+    with strategy.scope():
+        model.compile(optimizer=strategy.distributed_optimizer(keras.optimizers.SGD(0.01)),
+                      loss=LOSS, jit_compile=False)
+    model.fit(*_data(), batch_size=16, verbose=0, callbacks=strategy.callbacks())
+    assert not isinstance(model.train_step, SplitTrainStep) and other.xla is None
 
 
 def test_shards_are_disjoint_equal_and_cover_for_several_sizes():
