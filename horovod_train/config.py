@@ -7,7 +7,7 @@ happens in __post_init__ so a bad config cannot exist, whichever way it was buil
 import dataclasses
 import os
 
-from horovod_train.errors import check_choice, check_positive, usage_error
+from horovod_train.errors import check_choice, check_positive, check_range, usage_error
 
 BACKENDS = ("auto", "horovod", "mwms", "local")
 OPTIMIZERS = ("adam", "sgd")
@@ -105,10 +105,14 @@ class OptimConfig:
 
     def __post_init__(self):
         check_choice("--optimizer", self.optimizer, OPTIMIZERS)
-        check_positive("--learning_rate", self.learning_rate)
-        if self.warmup_epochs < 0:
-            raise usage_error("--warmup_epochs", self.warmup_epochs, "a number >= 0",
-                              "pass --warmup_epochs=0 to disable warmup")
+        check_positive("--learning_rate", self.learning_rate,
+                       "pass --learning_rate=0.002 (Adam) or 0.05 (SGD), per replica")
+        # Checked for adam too, where it is unused: a value out of range is a typo either way.
+        check_range("--momentum", self.momentum, 0.0, 1.0, high_open=True,
+                    expected="a finite number with 0 <= momentum < 1",
+                    fix="pass --momentum=0.9 (or 0 for plain SGD)")
+        check_range("--warmup_epochs", self.warmup_epochs, 0.0, expected="a finite number >= 0",
+                    fix="pass --warmup_epochs=0 to disable warmup, or e.g. 5")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +158,7 @@ class RuntimeConfig:
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism
     collective: str = "auto"  # mwms: CommunicationImplementation
     collective_timeout_s: float = 300.0  # bounds a stuck collective / missing peer
+    stop_grace_s: float = 60.0  # after SIGTERM: reach a step boundary and checkpoint within this
     mwms_port_base: int = 12345  # mwms worker i listens on base + its local rank (as launch/)
     fusion_threshold_mb: float = 0.0  # horovod: 0 = Horovod's default (128 MiB)
     cycle_time_ms: float = 0.0  # horovod: 0 = Horovod's default, or 5 on shared CPU cores
@@ -164,8 +169,21 @@ class RuntimeConfig:
     def __post_init__(self):
         check_choice("--backend", self.backend, BACKENDS)
         check_choice("--collective", self.collective, COLLECTIVES)
-        check_positive("--collective_timeout_s", self.collective_timeout_s)
+        # nan or inf would turn every bound on a stuck peer into "wait forever".
+        check_positive("--collective_timeout_s", self.collective_timeout_s,
+                       "pass --collective_timeout_s=300 (seconds; above your longest "
+                       "evaluation or checkpoint write)")
+        # numpy (keras.utils.set_random_seed) takes seeds in 0..2**32-1 only.
+        check_range("--seed", self.seed, 0, 2 ** 32 - 1, expected="an integer in 0..4294967295",
+                    fix="pass --seed=42")
+        for flag, value, example in (("--fusion_threshold_mb", self.fusion_threshold_mb, 64),
+                                     ("--cycle_time_ms", self.cycle_time_ms, 5)):
+            check_range(flag, value, 0.0, expected="0 (Horovod's default) or a finite positive number",
+                        fix=f"pass {flag}=0, or e.g. {flag}={example}")
         check_positive("--elastic_commit_every", self.elastic_commit_every)
+        check_positive("--stop_grace_s", self.stop_grace_s,
+                       "pass --stop_grace_s=60 (seconds from SIGTERM to the checkpoint; below "
+                       "your scheduler's kill delay)")
         if self.elastic and self.backend not in ("auto", "horovod"):
             raise usage_error("--elastic", f"with --backend={self.backend}",
                               "--backend=horovod (elastic training is Horovod's)",
@@ -196,10 +214,9 @@ class ObserveConfig:
 
     def __post_init__(self):
         check_choice("--progress", self.progress, PROGRESS_MODES)
-        if self.baseline_samples_per_sec < 0:
-            raise usage_error("--baseline_samples_per_sec", self.baseline_samples_per_sec,
-                              "0 (look up a stored figure) or one rank's samples/s",
-                              "pass the samples/s of a 1-rank run of the same config, or 0")
+        check_range("--baseline_samples_per_sec", self.baseline_samples_per_sec, 0.0,
+                    expected="0 (look up a stored figure) or one rank's finite samples/s",
+                    fix="pass the samples/s of a 1-rank run of the same config, or 0")
         self.profile_window()  # validates
         for flag, wanted in (("--horovod_timeline", self.horovod_timeline), ("--profile_steps", self.profile_steps)):
             if wanted and not self.run_dir:

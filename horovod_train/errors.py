@@ -4,6 +4,8 @@ A UsageError is bad input from the user. The CLI prints its message on one line 
 exits with code 2, without a traceback, so every message must stand on its own: what
 was received, what was expected, and the exact fix.
 """
+import math
+import numbers
 
 
 class UsageError(ValueError):
@@ -15,10 +17,35 @@ def usage_error(what: str, received, expected: str, fix: str) -> UsageError:
     return UsageError(f"{what}: received {received!r}; expected {expected}. Fix: {fix}")
 
 
+def is_finite_number(value) -> bool:
+    """A real, finite number. nan fails every comparison (`nan <= 0` is False) and inf
+    passes every lower bound, so a range check alone lets both through."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def check_positive(what: str, value, fix: str | None = None) -> None:
-    if value is None or value <= 0:
-        raise usage_error(what, value, "a positive number",
+    if not is_finite_number(value) or value <= 0:
+        raise usage_error(what, value, "a finite positive number",
                           fix or f"pass {what}=N with N > 0")
+
+
+def check_range(what: str, value, low, high=None, *, high_open: bool = False,
+                expected: str | None = None, fix: str) -> None:
+    """Refuses nan, inf and anything outside low <= value <= high (< high if high_open;
+    no upper bound if high is None)."""
+    inside = is_finite_number(value) and value >= low and (
+        high is None or (value < high if high_open else value <= high))
+    if not inside:
+        upper = "" if high is None else f" and {'<' if high_open else '<='} {high}"
+        raise usage_error(what, value, expected or f"a finite number >= {low}{upper}", fix)
+
+
+def write_error(flag: str, path: str, err: OSError, fix: str | None = None) -> UsageError:
+    """A write the disk refused (full, read-only, a file where a directory should be),
+    as one line naming the flag and the path instead of a raw OSError traceback."""
+    reason = getattr(err, "strerror", None) or str(err)
+    return UsageError(f"{flag}: cannot write {path} ({reason}); expected a writable location "
+                      f"with free space. Fix: {fix or f'free space or point {flag} elsewhere'}")
 
 
 def check_choice(what: str, value, choices) -> None:

@@ -21,6 +21,20 @@ TRAIN = [sys.executable, "-m", "horovod_train"]
     (["--no_such_flag=1"], "no_such_flag"),
     (["--jit_compile=yes"], "--jit_compile: received 'yes'; expected one of: auto, false, true"),
     (["--jit_compile=true", "--deterministic"], "drop --deterministic"),
+    # nan/inf/out-of-range numbers (issue 17, items 4 and 14): accepted, or a traceback, before.
+    (["--collective_timeout_s=nan"], "--collective_timeout_s: received nan"),
+    (["--collective_timeout_s=inf"], "--collective_timeout_s: received inf"),
+    (["--collective_timeout_s=0"], "--collective_timeout_s: received 0.0"),
+    (["--seed=-1"], "--seed: received -1"),
+    (["--seed=4294967296"], "--seed: received 4294967296"),
+    (["--warmup_epochs=nan"], "--warmup_epochs: received nan"),
+    (["--warmup_epochs=inf"], "--warmup_epochs: received inf"),
+    (["--optimizer=sgd", "--momentum=2"], "expected a finite number with 0 <= momentum < 1"),
+    (["--learning_rate=nan"], "--learning_rate: received nan"),
+    (["--learning_rate=inf"], "--learning_rate: received inf"),
+    (["--fusion_threshold_mb=nan"], "--fusion_threshold_mb: received nan"),
+    (["--cycle_time_ms=-1"], "--cycle_time_ms: received -1.0"),
+    (["--baseline_samples_per_sec=inf"], "--baseline_samples_per_sec: received inf"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     proc = run_cli(TRAIN + args, timeout=300)

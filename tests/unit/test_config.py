@@ -54,3 +54,63 @@ def test_jit_compile_resolves_from_the_request_and_the_visible_gpus(requested, g
 def test_auto_leaves_xla_off_under_op_determinism_even_with_a_gpu():
     assert cfg.resolve_jit_compile("auto", 4, deterministic=True) is False
     assert cfg.resolve_jit_compile("auto", 4, deterministic=False) is True
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("build, flag", [
+    # nan passes `value <= 0` (every comparison with nan is False) and inf passes `> 0`:
+    # both used to slip through and disable what the flag bounds.
+    (lambda: cfg.RuntimeConfig(collective_timeout_s=NAN), "--collective_timeout_s"),
+    (lambda: cfg.RuntimeConfig(collective_timeout_s=INF), "--collective_timeout_s"),
+    (lambda: cfg.RuntimeConfig(collective_timeout_s=0.0), "--collective_timeout_s"),
+    (lambda: cfg.RuntimeConfig(collective_timeout_s=-1.0), "--collective_timeout_s"),
+    (lambda: cfg.RuntimeConfig(seed=-1), "--seed"),
+    (lambda: cfg.RuntimeConfig(seed=2 ** 32), "--seed"),
+    (lambda: cfg.RuntimeConfig(fusion_threshold_mb=NAN), "--fusion_threshold_mb"),
+    (lambda: cfg.RuntimeConfig(fusion_threshold_mb=INF), "--fusion_threshold_mb"),
+    (lambda: cfg.RuntimeConfig(fusion_threshold_mb=-1.0), "--fusion_threshold_mb"),
+    (lambda: cfg.RuntimeConfig(cycle_time_ms=NAN), "--cycle_time_ms"),
+    (lambda: cfg.RuntimeConfig(cycle_time_ms=INF), "--cycle_time_ms"),
+    (lambda: cfg.RuntimeConfig(cycle_time_ms=-5.0), "--cycle_time_ms"),
+    (lambda: cfg.OptimConfig(learning_rate=NAN), "--learning_rate"),
+    (lambda: cfg.OptimConfig(learning_rate=INF), "--learning_rate"),
+    (lambda: cfg.OptimConfig(warmup_epochs=NAN), "--warmup_epochs"),
+    (lambda: cfg.OptimConfig(warmup_epochs=INF), "--warmup_epochs"),
+    (lambda: cfg.OptimConfig(optimizer="sgd", momentum=2.0), "--momentum"),
+    (lambda: cfg.OptimConfig(optimizer="sgd", momentum=1.0), "--momentum"),
+    (lambda: cfg.OptimConfig(optimizer="sgd", momentum=-0.1), "--momentum"),
+    (lambda: cfg.OptimConfig(optimizer="sgd", momentum=NAN), "--momentum"),
+    (lambda: cfg.ObserveConfig(baseline_samples_per_sec=NAN), "--baseline_samples_per_sec"),
+    (lambda: cfg.ObserveConfig(baseline_samples_per_sec=INF), "--baseline_samples_per_sec"),
+])
+def test_nan_inf_and_out_of_range_numbers_are_refused(build, flag):
+    with pytest.raises(UsageError) as err:
+        build()
+    message = str(err.value)
+    assert message.startswith(f"{flag}: received ") and "; expected " in message, message
+    assert ". Fix: " in message and "\n" not in message
+
+
+@pytest.mark.parametrize("build", [
+    lambda: cfg.RuntimeConfig(seed=0),
+    lambda: cfg.RuntimeConfig(seed=2 ** 32 - 1),
+    lambda: cfg.RuntimeConfig(collective_timeout_s=0.5),
+    lambda: cfg.RuntimeConfig(fusion_threshold_mb=0.0, cycle_time_ms=0.0),
+    lambda: cfg.OptimConfig(optimizer="sgd", momentum=0.0),
+    lambda: cfg.OptimConfig(optimizer="sgd", momentum=0.99),
+    lambda: cfg.OptimConfig(warmup_epochs=0.5),
+    lambda: cfg.ObserveConfig(baseline_samples_per_sec=0.0),
+])
+def test_edges_of_the_ranges_are_accepted(build):
+    build()
+
+
+def test_check_positive_refuses_nan_and_inf_for_every_caller():
+    from horovod_train.errors import check_positive
+    for bad in (NAN, INF, -INF, 0, -1, None):
+        with pytest.raises(UsageError, match="finite"):
+            check_positive("--x", bad)
+    check_positive("--x", 1e-9)
+    check_positive("--x", 3)
