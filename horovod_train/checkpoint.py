@@ -7,13 +7,22 @@ shapes the state and the data order). It is written under a temporary name and
 renamed when complete, so a crash mid-write leaves the previous checkpoint intact and
 no half-written one that looks valid. The data position needs no saving: the input
 order is a pure function of (seed, epoch), so the step count says where to resume.
+
+Only checkpoints this code can read are counted toward --keep_checkpoints or deleted;
+a deleted one is renamed aside first, so an interrupted prune never leaves a
+half-deleted `ckpt-*`. One job writes a directory: the chief holds an flock on
+`.writer.lock` for the whole run, and a second job is refused naming the first.
 """
 import dataclasses
+import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
+import time
 import zipfile
 
 import numpy as np
@@ -22,6 +31,9 @@ from absl import logging
 from horovod_train.errors import UsageError
 
 _NAME = re.compile(r"^ckpt-(\d{9})$")
+# Names list_checkpoints never matches: a write not yet committed, a prune under way.
+_PARTIAL, _PRUNING = ".partial-ckpt-", ".pruning-"
+LOCK_NAME = ".writer.lock"
 # Config fields that change the shape of the state or the data order: a checkpoint made
 # with other values cannot be continued exactly.
 _MUST_MATCH = ("model", "data.dataset", "data.batch_size", "runtime.seed",
@@ -35,9 +47,15 @@ def _field(config_dict, dotted):
     return value
 
 
-def fingerprint(config) -> dict:
+def fingerprint(config, facts: dict | None = None) -> dict:
+    """The config fields that must match, plus facts of the run (world size, data
+    shapes) as JSON would give them back (a tuple shape compares equal to its list)."""
     as_dict = dataclasses.asdict(config)
-    return {name: _field(as_dict, name) for name in _MUST_MATCH}
+    return dict({name: _field(as_dict, name) for name in _MUST_MATCH}, **_plain(facts))
+
+
+def _plain(facts: dict | None) -> dict:
+    return json.loads(json.dumps(facts or {}, default=lambda o: getattr(o, "item", o.__str__)()))
 
 
 def training_state(model, optimizer, loss_scale) -> list:
@@ -51,7 +69,7 @@ def training_state(model, optimizer, loss_scale) -> list:
 
 
 def list_checkpoints(directory: str) -> list[tuple[int, str]]:
-    """(step, path) of complete checkpoints, newest first."""
+    """(step, path) of committed checkpoints, newest first (readable or not)."""
     if not os.path.isdir(directory):
         return []
     found = [(int(m.group(1)), os.path.join(directory, name))
@@ -59,12 +77,35 @@ def list_checkpoints(directory: str) -> list[tuple[int, str]]:
     return sorted(found, reverse=True)
 
 
-def save(directory: str, step: int, variables, config, keep: int):
+def read_meta(path: str) -> dict:
+    """A checkpoint's meta.json; ValueError naming the defect when it is not the object
+    save() writes (so callers skip it like any other unreadable checkpoint)."""
+    with open(os.path.join(path, "meta.json")) as f:
+        meta = json.load(f)
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta.json holds a JSON {type(meta).__name__}, not an object")
+    for key, kind in (("step", int), ("num_variables", int), ("fingerprint", dict)):
+        if type(meta.get(key)) is not kind:  # `is`, so a JSON true is no count
+            raise ValueError(f"meta.json field {key!r} is {meta.get(key)!r}, not a JSON "
+                             f"{'object' if kind is dict else 'integer'}")
+    return meta
+
+
+def _unreadable(path: str) -> str | None:
+    """Why prune must not count this checkpoint, or None. Cheap: the arrays are not read."""
+    try:
+        read_meta(path)
+    except (OSError, ValueError) as err:
+        return str(err)
+    return None if os.path.isfile(os.path.join(path, "state.npz")) else "no state.npz"
+
+
+def save(directory: str, step: int, variables, config, keep: int, facts: dict | None = None):
     """Chief only. Raises UsageError (after cleaning up) when the disk refuses."""
-    os.makedirs(directory, exist_ok=True)
     final = os.path.join(directory, f"ckpt-{step:09d}")
     try:
-        tmp = tempfile.mkdtemp(prefix=".partial-ckpt-", dir=directory)
+        os.makedirs(directory, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=_PARTIAL, dir=directory)
     except OSError as err:
         raise _write_error(directory, err) from None
     try:
@@ -75,63 +116,213 @@ def save(directory: str, step: int, variables, config, keep: int):
             os.fsync(f.fileno())
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump({"step": step, "num_variables": len(arrays),
-                       "fingerprint": fingerprint(config)}, f, indent=2)
+                       "fingerprint": fingerprint(config, facts)}, f, indent=2)
         if os.path.exists(final):
-            shutil.rmtree(final)
+            _remove(final)
         os.rename(tmp, final)  # the commit point
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(directory, err) from None
-    _prune(directory, keep)
+    _prune(directory, keep, final)
     return final
 
 
 def _write_error(directory, err) -> UsageError:
+    if err.errno == errno.ENOENT:  # our own temporary dir is gone: someone else deleted it
+        return UsageError(f"--checkpoint_dir: the checkpoint being written in {directory!r} "
+                          f"vanished mid-write ({err.filename}: {err.strerror}); expected this "
+                          f"job to be the only one writing there. Fix: give each job its own "
+                          f"--checkpoint_dir, and clean it only while no job runs")
     return UsageError(f"--checkpoint_dir: cannot write a checkpoint in {directory!r} "
                       f"({err.strerror}); expected a writable directory with free space. "
                       f"Fix: free space or point --checkpoint_dir elsewhere; earlier "
                       f"checkpoints there are untouched")
 
 
-def _prune(directory: str, keep: int):
-    for _, path in list_checkpoints(directory)[keep:]:
-        shutil.rmtree(path, ignore_errors=True)
-    # Leftovers of writers killed mid-write (the chief is the only writer, and it has
-    # just finished its own): never valid, so never kept.
+_WARNED = set()  # unreadable dirs already named: one warning each, not one per save
+
+
+def _prune(directory: str, keep: int, written: str):
+    """Keeps `written` and the newest keep-1 other readable checkpoints; the rest go.
+
+    Unreadable ones are neither counted nor deleted: they may be another version's,
+    or a user's, and counting them would delete the good ones instead."""
+    readable, unreadable = [], []
+    for _, path in list_checkpoints(directory):
+        reason = _unreadable(path)
+        (unreadable if reason else readable).append((path, reason))
+    new = [f"{path} ({reason})" for path, reason in unreadable if path not in _WARNED]
+    if new:
+        logging.warning("checkpoint | left alone, not counted toward --keep_checkpoints "
+                        "(unreadable): %s", "; ".join(new))
+        _WARNED.update(path for path, _ in unreadable)
+    others = [path for path, _ in readable if path != written]
+    for path in others[max(keep - 1, 0):]:
+        _remove(path)
+    # Leftovers of a writer or pruner killed mid-way: never valid. Safe to delete, as
+    # the writer lock makes this process the directory's only writer.
     for name in os.listdir(directory):
-        if name.startswith(".partial-ckpt-"):
+        if name.startswith((_PARTIAL, _PRUNING)):
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-def load_latest(directory: str, config, num_variables: int):
-    """(step, arrays) of the newest loadable checkpoint, or None.
+def _remove(path: str):
+    """Renames aside, then deletes: killed half-way, it leaves a dot-name that
+    list_checkpoints never matches (cleaned by the next prune), not a half checkpoint."""
+    aside = os.path.join(os.path.dirname(path), _PRUNING + os.path.basename(path))
+    shutil.rmtree(aside, ignore_errors=True)  # a leftover of an earlier interrupted prune
+    try:
+        os.rename(path, aside)
+    except OSError as err:
+        return logging.warning("checkpoint | could not prune %s (%s); left in place", path, err)
+    shutil.rmtree(aside, ignore_errors=True)
 
-    A corrupt one is skipped with a warning naming it; one from another config is
-    refused with what differs (continuing it would silently train something else)."""
+
+# The locks this process holds: flock conflicts between two open files even in one
+# process, so a second Checkpointer on the same directory shares the first's lock.
+_HELD: dict[str, list] = {}
+
+
+def acquire_writer_lock(directory: str) -> str:
+    """Makes this process the directory's only writer until release or exit (the kernel
+    drops an flock when its holder dies, so a killed job never blocks its relaunch).
+    Raises UsageError naming the holder when another process writes there."""
+    key = os.path.realpath(directory)
+    if key not in _HELD:
+        _HELD[key] = [_lock(directory), 0]
+    _HELD[key][1] += 1
+    return key
+
+
+def release_writer_lock(key: str | None):
+    entry = _HELD.get(key)
+    if entry is not None and entry[1] <= 1:
+        del _HELD[key]
+        if entry[0] is not None:
+            entry[0].close()  # closing the file drops the flock
+    elif entry is not None:
+        entry[1] -= 1
+
+
+def _lock(directory: str):
+    try:
+        os.makedirs(directory, exist_ok=True)
+        # "a+": opening must not truncate, or it would erase the holder's identity.
+        handle = open(os.path.join(directory, LOCK_NAME), "a+")
+    except OSError as err:
+        raise _write_error(directory, err) from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(handle)
+        handle.close()
+        raise _foreign_writer(directory, holder) from None
+    except OSError as err:  # some network file systems have no flock (ENOLCK, EOPNOTSUPP)
+        handle.close()
+        logging.warning("checkpoint | cannot lock %s (%s): a second job writing there would "
+                        "not be detected", directory, err.strerror)
+        return None
+    handle.truncate(0)  # "a+" writes at the end, which is now 0
+    handle.write(json.dumps(_identity()))
+    handle.flush()
+    return handle
+
+
+def _identity() -> dict:
+    job = next((f"{name}={os.environ[name]}" for name in
+                ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "JOB_ID")
+                if os.environ.get(name)), None)
+    return {"host": socket.gethostname(), "pid": os.getpid(), "job": job,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def _holder(handle) -> dict:
+    for _ in range(5):  # the holder may be between its truncate and its write
+        handle.seek(0)
+        try:
+            return dict(json.loads(handle.read()))
+        except (ValueError, TypeError):
+            time.sleep(0.1)
+    return {}
+
+
+def _foreign_writer(directory: str, holder: dict, unknown="it did not say who") -> UsageError:
+    who = ", ".join(str(part) for part in (
+        holder.get("pid") and f"pid {holder['pid']}", holder.get("host") and f"on {holder['host']}",
+        holder.get("job"), holder.get("started") and f"since {holder['started']}") if part)
+    return ForeignWriter(f"--checkpoint_dir: received {directory!r}, which another job is "
+                         f"writing to ({who or unknown}); expected a directory only "
+                         f"this job writes (its pruning would delete the other's checkpoints). "
+                         f"Fix: give each job its own --checkpoint_dir, or wait until that job ends")
+
+
+class ForeignWriter(UsageError):
+    """Another live process holds the directory's writer lock."""
+
+
+def load_latest(directory: str, config, num_variables: int, facts: dict | None = None):
+    """(step, arrays) of the newest loadable checkpoint, or None. A corrupt one is skipped
+    with a warning naming it; one from another config, data or world size is refused
+    with what differs (continuing it would silently train something else)."""
     for step, path in list_checkpoints(directory):
         try:
-            with open(os.path.join(path, "meta.json")) as f:
-                meta = json.load(f)
+            meta = read_meta(path)
             with np.load(os.path.join(path, "state.npz")) as data:
                 arrays = [data[f"v{i:05d}"] for i in range(meta["num_variables"])]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             logging.warning("checkpoint | %s is unreadable (%s); trying the previous one", path, err)
             continue
-        _check_compatible(path, meta, config, num_variables)
+        _check_compatible(path, meta, config, num_variables, facts)
         return step, arrays
     return None
 
 
-def _check_compatible(path, meta, config, num_variables):
-    want = fingerprint(config)
-    diffs = [f"{k}: checkpoint {meta['fingerprint'].get(k)!r}, now {v!r}"
-             for k, v in want.items() if meta["fingerprint"].get(k) != v]
+def _check_compatible(path, meta, config, num_variables, facts=None):
+    stored, now = meta["fingerprint"], _plain(facts)
+    diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {v!r}"
+             for k, v in fingerprint(config).items() if stored.get(k) != v]
+    # A fact the checkpoint lacks was not recorded then (an older version): accepted.
+    diffs += [f"{k}: checkpoint {stored[k]!r}, now {v!r}" for k, v in now.items()
+              if k != "world_size" and k in stored and stored[k] != v]
     if meta["num_variables"] != num_variables:
         diffs.append(f"variables: checkpoint {meta['num_variables']}, now {num_variables}")
     if diffs:
         raise UsageError(f"--checkpoint_dir: {path} was made by a different run ({'; '.join(diffs)}); "
                          f"expected the same model, data and batch settings. Fix: use a new "
                          f"--checkpoint_dir, or restore the original flags")
+    written = stored.get("world_size")
+    if isinstance(written, int) and "world_size" in now and written != now["world_size"]:
+        raise WorldSizeMismatch(path, written, now["world_size"])
+
+
+class WorldSizeMismatch(UsageError):
+    """The data position (step x global batch, the per-rank shards) and the linearly
+    scaled learning rate depend on the world size: another one cannot continue exactly."""
+
+    def __init__(self, path: str, written: int, now: int):
+        self.step, self.written = int(_NAME.match(os.path.basename(path)).group(1)), written
+        super().__init__(
+            f"--checkpoint_dir: {path} was written by a {written}-rank run, this run has "
+            f"{now} ranks; expected the same world size (the data position and the scaled "
+            f"learning rate depend on it). Fix: relaunch with {written} ranks, or use a new "
+            f"--checkpoint_dir (for a changing world size use --elastic)")
+
+
+def check_shapes(path: str, arrays, variables):
+    """Refuses, naming the first variable whose stored shape differs (a checkpoint
+    written before the data shapes were part of the fingerprint)."""
+    for i, (array, variable) in enumerate(zip(arrays, variables)):
+        got, want = tuple(np.shape(array)), tuple(variable.shape)
+        if got != want:
+            name = getattr(variable, "path", None) or getattr(variable, "name", None) or "?"
+            raise UsageError(f"--checkpoint_dir: {path} holds shape {got} for variable {i} "
+                             f"({name}), this model's is {want}; expected the shapes of the "
+                             f"same model and data. Fix: use a new --checkpoint_dir, or restore "
+                             f"the original flags (--dataset, --model)")
+
+
+# What a refusal was, so ranks that never read the directory can say the same thing.
+_FINE, _REFUSED, _FOREIGN, _WORLD = 0, 1, 2, 3
 
 
 class Checkpointer:
@@ -141,40 +332,70 @@ class Checkpointer:
     from, a refusal, or a failed write are decided on the chief and then shared
     through an allreduce, so no rank waits in a collective for a decision it missed."""
 
-    def __init__(self, config, backend, variables, steps_per_epoch: int):
+    def __init__(self, config, backend, variables, steps_per_epoch: int,
+                 data_facts: dict | None = None):
         self.config, self.backend, self.variables = config, backend, variables
         train = config.train
         self.directory, self.keep = train.checkpoint_dir, train.keep_checkpoints
         self.every = train.checkpoint_interval(steps_per_epoch)
+        self.facts = dict(data_facts or {}, world_size=backend.info.size)
+        self._lock = None
 
     def _agree(self, values: list[float]) -> list[float]:
         from horovod_train.metrics import gather_rows
         return list(gather_rows(self.backend, values)[0])  # the chief's row
 
+    def _hold_lock(self):
+        if self._lock is None:
+            self._lock = acquire_writer_lock(self.directory)
+
+    def close(self):
+        """Releases the writer lock (process exit releases it too)."""
+        release_writer_lock(self._lock)
+        self._lock = None
+
     def restore(self) -> int:
         """Loads the newest valid checkpoint on the chief, shares it; returns its step."""
         if not self.directory:
             return 0
-        chief = self.backend.info.is_chief
-        found, error = None, None
-        if chief:
-            try:
-                found = load_latest(self.directory, self.config, len(self.variables))
-            except UsageError as err:
-                error = err
-        step, failed = self._agree([found[0] if found else 0, 1 if error else 0])
-        if failed:
-            raise error or UsageError(f"--checkpoint_dir: the chief refused the checkpoint in "
-                                      f"{self.directory!r}; expected a compatible one. Fix: see "
-                                      f"rank 0's message")
+        found, error, verdict = self._load_on_chief() if self.backend.info.is_chief \
+            else (None, None, [0, _FINE, 0])
+        step, kind, detail = (int(v) for v in self._agree(verdict))
+        if kind != _FINE:
+            raise error or self._refusal(kind, step, detail)
         if step:
-            if chief:
+            if found:
                 for variable, value in zip(self.variables, found[1]):
                     variable.assign(value)
             # Same state everywhere: rank 0's restored values, explicitly.
             self.backend.broadcast_variables(self.variables)
-            logging.info("checkpoint | resumed from step %d", int(step))
-        return int(step)
+            logging.info("checkpoint | resumed from step %d", step)
+        return step
+
+    def _load_on_chief(self):
+        """(found, error, [step, kind, detail]) for _agree: the lock first, then the read."""
+        try:
+            self._hold_lock()
+            found = load_latest(self.directory, self.config, len(self.variables), self.facts)
+            if found:
+                check_shapes(self._path(found[0]), found[1], self.variables)
+        except WorldSizeMismatch as err:
+            return None, err, [err.step, _WORLD, err.written]
+        except UsageError as err:
+            return None, err, [0, _FOREIGN if isinstance(err, ForeignWriter) else _REFUSED, 0]
+        return found, None, [found[0] if found else 0, _FINE, 0]
+
+    def _path(self, step: int) -> str:
+        return os.path.join(self.directory, f"ckpt-{step:09d}")
+
+    def _refusal(self, kind: int, step: int, detail: int) -> UsageError:
+        if kind == _WORLD:  # the chief's very words, rebuilt from what it shared
+            return WorldSizeMismatch(self._path(step), detail, self.backend.info.size)
+        if kind == _FOREIGN:
+            return _foreign_writer(self.directory, {}, "rank 0's message names it")
+        return UsageError(f"--checkpoint_dir: the chief refused the checkpoint in "
+                          f"{self.directory!r}; expected a compatible one. Fix: see "
+                          f"rank 0's message")
 
     def maybe_save(self, step: int, last: bool = False):
         if not self.directory or not (last or (self.every and step % self.every == 0)):
@@ -182,7 +403,9 @@ class Checkpointer:
         error = None
         if self.backend.info.is_chief:
             try:
-                path = save(self.directory, step, self.variables, self.config, self.keep)
+                self._hold_lock()
+                path = save(self.directory, step, self.variables, self.config, self.keep,
+                            self.facts)
                 logging.info("checkpoint | wrote %s", path)
             except UsageError as err:
                 error = err

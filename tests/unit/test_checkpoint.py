@@ -124,3 +124,264 @@ def test_bad_checkpoint_cadence_is_rejected(value):
 def test_cadence_in_steps_or_epochs():
     assert cfg.TrainConfig(checkpoint_every="500").checkpoint_interval(22) == 500
     assert cfg.TrainConfig(checkpoint_every="2e").checkpoint_interval(22) == 44
+
+
+# --- Prune: only readable checkpoints are counted or deleted (issue 17, item 1) ---
+
+def _garbage(directory, step, meta_text="x"):
+    path = directory / f"ckpt-{step:09d}"
+    path.mkdir()
+    (path / "meta.json").write_text(meta_text)
+    return path
+
+
+def test_prune_leaves_unreadable_dirs_alone_and_keeps_the_readable(tmp_path, caplog):
+    for step in (900, 800):
+        _garbage(tmp_path, step)
+    for step in (10, 20, 30):
+        checkpoint.save(str(tmp_path), step, _arrays(step), CONFIG, keep=2)
+    assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path))] == [900, 800, 30, 20]
+    assert (tmp_path / "ckpt-000000900" / "meta.json").read_text() == "x"  # untouched
+    assert checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))[0] == 30
+    warned = [r.getMessage() for r in caplog.records if "--keep_checkpoints" in r.getMessage()]
+    assert len(warned) == 1, warned  # once over three saves, naming both
+    assert "ckpt-000000900" in warned[0] and "ckpt-000000800" in warned[0]
+
+
+def test_prune_never_deletes_the_checkpoint_just_written(tmp_path):
+    checkpoint.save(str(tmp_path), 900, _arrays(900), CONFIG, keep=3)  # a newer, readable one
+    written = checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=1)
+    assert checkpoint.list_checkpoints(str(tmp_path)) == [(10, written)]
+
+
+_KILLED_PRUNER = """
+import os, shutil, signal, sys
+import numpy as np
+from horovod_train import checkpoint, config
+real_rmtree = shutil.rmtree
+def die_half_way(path, *args, **kwargs):
+    if "ckpt-000000010" in path and os.path.isdir(path):  # the oldest: one file, then die
+        os.remove(os.path.join(path, "state.npz"))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_rmtree(path, *args, **kwargs)
+shutil.rmtree = die_half_way
+checkpoint.save(sys.argv[1], 30, [np.full((2, 3), 30.0, np.float32), np.array(37)],
+                config.RunConfig(), keep=2)
+"""
+
+
+def test_prune_killed_mid_delete_leaves_no_half_checkpoint(tmp_path):
+    for step in (10, 20):
+        checkpoint.save(str(tmp_path), step, _arrays(step), CONFIG, keep=3)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_PRUNER, str(tmp_path)], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    # Every name list_checkpoints matches is a whole checkpoint; the half-deleted one was
+    # renamed aside before its files went.
+    for _, path in checkpoint.list_checkpoints(str(tmp_path)):
+        assert sorted(os.listdir(path)) == ["meta.json", "state.npz"], path
+    assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path))] == [30, 20]
+    checkpoint.save(str(tmp_path), 40, _arrays(40), CONFIG, keep=2)  # cleans the leftover
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000030", "ckpt-000000040"]
+
+
+# --- Malformed meta.json: skipped with a warning, like any unreadable one (item 12) ---
+
+@pytest.mark.parametrize("meta", [
+    "[1, 2]",                                                   # not an object
+    '{"step": 20, "num_variables": 2}',                         # no fingerprint
+    '{"step": 20, "num_variables": "2", "fingerprint": {}}',    # a string count
+    '{"step": 20, "num_variables": 2, "fingerprint": [1]}',     # a list fingerprint
+    '{"step": "20", "num_variables": 2, "fingerprint": {}}',    # a string step
+])
+def test_malformed_meta_is_skipped_for_the_previous(tmp_path, caplog, meta):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)
+    newest = checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3)
+    with open(os.path.join(newest, "meta.json"), "w") as f:
+        f.write(meta)
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))
+    assert step == 10
+    np.testing.assert_array_equal(arrays[0], _arrays(10)[0])
+    assert "ckpt-000000020" in caplog.text and "unreadable" in caplog.text
+
+
+# --- Data shape, class count and world size belong to the fingerprint (items 11, 13) ---
+
+DIGITS = {"input_shape": [8, 8, 1], "num_classes": 10}
+
+
+def test_other_input_shape_or_class_count_is_refused_naming_it(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts=DIGITS)
+    with pytest.raises(UsageError) as err:
+        checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE),
+                               facts={"input_shape": (28, 28, 1), "num_classes": 10})
+    assert "input_shape: checkpoint [8, 8, 1], now [28, 28, 1]" in str(err.value)
+    assert "num_classes" not in str(err.value) and "Fix" in str(err.value)
+    same = {"input_shape": (8, 8, 1), "num_classes": 10}  # a tuple equals the stored list
+    assert checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts=same)[0] == 10
+
+
+def test_checkpoint_without_facts_is_accepted(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)  # written before facts
+    facts = dict(DIGITS, world_size=4)
+    assert checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts=facts)[0] == 10
+
+
+def test_other_world_size_is_refused_naming_both(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts={"world_size": 2})
+    with pytest.raises(checkpoint.WorldSizeMismatch) as err:
+        checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts={"world_size": 4})
+    message = str(err.value)
+    assert isinstance(err.value, UsageError) and "\n" not in message
+    assert "ckpt-000000010 was written by a 2-rank run, this run has 4 ranks" in message
+    assert "Fix: relaunch with 2 ranks" in message and "--elastic" in message
+
+
+class _Var:
+    def __init__(self, shape, path):
+        self.shape, self.path, self.value = shape, path, np.zeros(shape, np.float32)
+
+    def assign(self, value):
+        self.value = value
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.value, dtype)
+
+
+def test_stored_shape_is_compared_before_assigning(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)  # an old one: no facts
+    path = os.path.join(tmp_path, "ckpt-000000010")
+    variables = [_Var((2, 5), "dense/kernel"), _Var((), "count")]
+    with pytest.raises(UsageError) as err:
+        checkpoint.check_shapes(path, _arrays(10), variables)
+    message = str(err.value)
+    assert "dense/kernel" in message and "(2, 3)" in message and "(2, 5)" in message
+    assert "Fix" in message
+    checkpoint.check_shapes(path, _arrays(10), [_Var((2, 3), "k"), _Var((), "c")])
+
+
+# --- One writer per directory (item 2) ---
+
+_HOLDER = """
+import sys, time
+from horovod_train import checkpoint
+checkpoint.acquire_writer_lock(sys.argv[1])
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def _hold_lock(directory, **env):
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(directory)], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT, **env),
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_writer_is_refused_naming_the_first(tmp_path):
+    holder = _hold_lock(tmp_path, SLURM_JOB_ID="4242")
+    try:
+        with pytest.raises(UsageError) as err:
+            checkpoint.acquire_writer_lock(str(tmp_path))
+        message = str(err.value)
+        assert f"pid {holder.pid}" in message and "SLURM_JOB_ID=4242" in message
+        assert os.uname().nodename in message and "\n" not in message
+        assert "Fix: give each job its own --checkpoint_dir" in message
+        assert "free space" not in message
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel drops the lock of a killed holder: its relaunch is never blocked.
+    handle = checkpoint.acquire_writer_lock(str(tmp_path))
+    checkpoint.release_writer_lock(handle)
+
+
+def test_the_lock_is_released_on_close(tmp_path):
+    handle = checkpoint.acquire_writer_lock(str(tmp_path))
+    checkpoint.release_writer_lock(handle)
+    holder = _hold_lock(tmp_path)  # another process can take it now
+    holder.kill()
+    holder.wait()
+
+
+def test_a_vanished_temp_dir_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    real_rename = os.rename
+
+    def deleted_by_someone_else(src, dst):
+        import shutil
+        shutil.rmtree(src)
+        return real_rename(src, dst)
+    monkeypatch.setattr(os, "rename", deleted_by_someone_else)
+    with pytest.raises(UsageError) as err:
+        checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)
+    message = str(err.value)
+    assert "free space" not in message and "vanished" in message
+    assert "each job its own --checkpoint_dir" in message
+
+
+# --- The Checkpointer: every rank takes the chief's verdict ---
+
+class _Backend:
+    def __init__(self, rank=0, size=1):
+        from horovod_train.backends.base import ProcessInfo
+        self.info = ProcessInfo(rank=rank, size=size)
+
+    def broadcast_variables(self, variables):
+        pass
+
+
+def _checkpointer(tmp_path, rank=0, size=1, **kwargs):
+    config = cfg.RunConfig(train=cfg.TrainConfig(checkpoint_dir=str(tmp_path), checkpoint_every="10"))
+    variables = [_Var((2, 3), "kernel"), _Var((), "count")]
+    return checkpoint.Checkpointer(config, _Backend(rank, size), variables, 10, **kwargs)
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The rows this process's Checkpointers agree on. _agree is an allreduce (TF):
+    here a chief's row is the one it sent, and a test can replay it to another rank."""
+    rows = []
+    monkeypatch.setattr(checkpoint.Checkpointer, "_agree",
+                        lambda self, values: rows.append(list(values)) or list(values))
+    return rows
+
+
+def test_checkpointer_writes_facts_and_world_size_and_restores(tmp_path, sent):
+    ckpt = _checkpointer(tmp_path, data_facts=DIGITS)
+    assert ckpt.restore() == 0
+    for variable, value in zip(ckpt.variables, _arrays(10)):
+        variable.assign(value)
+    ckpt.maybe_save(10)
+    ckpt.close()
+    import json
+    with open(tmp_path / "ckpt-000000010" / "meta.json") as f:
+        stored = json.load(f)["fingerprint"]
+    assert stored["world_size"] == 1 and stored["input_shape"] == [8, 8, 1]
+    again = _checkpointer(tmp_path, data_facts=DIGITS)
+    assert again.restore() == 10
+    np.testing.assert_array_equal(again.variables[0].value, _arrays(10)[0])
+    again.close()
+
+
+def test_checkpointer_world_size_refusal_reads_the_same_on_every_rank(tmp_path, sent, monkeypatch):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts={"world_size": 1})
+    chief = _checkpointer(tmp_path, rank=0, size=2)
+    with pytest.raises(checkpoint.WorldSizeMismatch) as on_chief:
+        chief.restore()
+    chief.close()
+    # Rank 1 never reads the directory: it gets the chief's row.
+    monkeypatch.setattr(checkpoint.Checkpointer, "_agree", lambda self, values: sent[-1])
+    with pytest.raises(UsageError) as on_other:
+        _checkpointer(tmp_path, rank=1, size=2).restore()
+    assert str(on_other.value) == str(on_chief.value)
+
+
+def test_checkpointer_refuses_a_foreign_writer_before_reading(tmp_path, sent):
+    holder = _hold_lock(tmp_path)
+    try:
+        with pytest.raises(UsageError, match=f"pid {holder.pid}"):
+            _checkpointer(tmp_path).restore()
+    finally:
+        holder.kill()
+        holder.wait()
