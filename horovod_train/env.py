@@ -7,6 +7,9 @@ package asks `launch_info()` and never looks at os.environ itself.
 import dataclasses
 import json
 import os
+import re
+
+from horovod_train.errors import UsageError, usage_error
 
 # Horovod's own launcher (both gloo and mpi controllers set these).
 HOROVOD_RANK = "HOROVOD_RANK"
@@ -56,21 +59,35 @@ class LaunchInfo:
         return self.launcher in ("horovodrun", "mpirun", "mpich", "srun")
 
 
-def _int(env, name, default=None):
-    value = env.get(name)
-    if value is None or value == "":
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _int(env, name, default=None, low=0):
+    """The variable as an int >= low; absent -> default. A malformed value is the
+    user's (or a wrapper's) input: one usage line naming it, never a ValueError."""
+    if name not in env or (default is not None and env[name] == ""):
         return default
-    try:
+    value = env[name]
+    # Plain digits only: int() would also take ' 1', '1_0' and '+1'.
+    if _DIGITS.fullmatch(value) and int(value) >= low:
         return int(value)
-    except ValueError as err:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+    raise _bad_variable(name, value, "a positive integer" if low else "a non-negative integer")
+
+
+def _bad_variable(name: str, value, expected: str) -> UsageError:
+    return usage_error(f"environment variable {name}", value, expected,
+                       f"unset {name}, or let the launcher set it (start ranks with "
+                       f"horovodrun, mpirun or srun, not by exporting rank variables by hand)")
 
 
 def _slurm_local_size(env) -> int:
     # SLURM_NTASKS_PER_NODE looks like "2" or "2(x3),1"; the first group is ours only on
     # homogeneous jobs, which is the common case and the one we plan for.
     raw = env.get(SLURM_NTASKS_PER_NODE, "1")
-    return int(raw.split(",")[0].split("(")[0] or 1)
+    first = raw.split(",")[0].split("(")[0]
+    if not _DIGITS.fullmatch(first) or int(first) < 1:
+        raise _bad_variable(SLURM_NTASKS_PER_NODE, raw, "a positive integer, e.g. 8 or 8(x2)")
+    return int(first)
 
 
 def local_position(hosts: list[str], index: int) -> tuple[int, int]:
@@ -97,16 +114,16 @@ def launch_info(env=None) -> LaunchInfo:
     """Reads rank/size from whichever launcher started this process."""
     env = os.environ if env is None else env
     if HOROVOD_RANK in env:
-        return LaunchInfo("horovodrun", _int(env, HOROVOD_RANK), _int(env, HOROVOD_SIZE, 1),
-                          _int(env, HOROVOD_LOCAL_RANK, 0), _int(env, HOROVOD_LOCAL_SIZE, 1))
+        return LaunchInfo("horovodrun", _int(env, HOROVOD_RANK), _int(env, HOROVOD_SIZE, 1, low=1),
+                          _int(env, HOROVOD_LOCAL_RANK, 0), _int(env, HOROVOD_LOCAL_SIZE, 1, low=1))
     if OMPI_RANK in env:
-        return LaunchInfo("mpirun", _int(env, OMPI_RANK), _int(env, OMPI_SIZE, 1),
-                          _int(env, OMPI_LOCAL_RANK, 0), _int(env, OMPI_LOCAL_SIZE, 1))
+        return LaunchInfo("mpirun", _int(env, OMPI_RANK), _int(env, OMPI_SIZE, 1, low=1),
+                          _int(env, OMPI_LOCAL_RANK, 0), _int(env, OMPI_LOCAL_SIZE, 1, low=1))
     if PMI_RANK in env:
-        return LaunchInfo("mpich", _int(env, PMI_RANK), _int(env, PMI_SIZE, 1),
-                          _int(env, MPI_LOCALRANKID, 0), _int(env, MPI_LOCALNRANKS, 1))
-    if SLURM_PROCID in env and _int(env, SLURM_NTASKS, 1) > 1:
-        return LaunchInfo("srun", _int(env, SLURM_PROCID), _int(env, SLURM_NTASKS, 1),
+        return LaunchInfo("mpich", _int(env, PMI_RANK), _int(env, PMI_SIZE, 1, low=1),
+                          _int(env, MPI_LOCALRANKID, 0), _int(env, MPI_LOCALNRANKS, 1, low=1))
+    if SLURM_PROCID in env and _int(env, SLURM_NTASKS, 1, low=1) > 1:
+        return LaunchInfo("srun", _int(env, SLURM_PROCID), _int(env, SLURM_NTASKS, 1, low=1),
                           _int(env, SLURM_LOCALID, 0), _slurm_local_size(env))
     return _tf_config_info(env) or LaunchInfo("none")
 

@@ -57,3 +57,29 @@ def test_auto_backend_follows_the_launch():
     assert backends.resolve("auto", tfc, {}) == "mwms"
     assert backends.resolve("auto", env.launch_info({}), {}) == "local"
     assert backends.resolve("horovod", tfc, {}) == "horovod"
+
+
+@pytest.mark.parametrize("variables, name, expected", [
+    ({"HOROVOD_RANK": "abc"}, "HOROVOD_RANK", "a non-negative integer"),
+    ({"HOROVOD_RANK": ""}, "HOROVOD_RANK", "a non-negative integer"),
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1_0"},
+     "HOROVOD_LOCAL_RANK", "a non-negative integer"),
+    ({"OMPI_COMM_WORLD_RANK": "-1"}, "OMPI_COMM_WORLD_RANK", "a non-negative integer"),
+    ({"OMPI_COMM_WORLD_RANK": " 1"}, "OMPI_COMM_WORLD_RANK", "a non-negative integer"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "0"}, "OMPI_COMM_WORLD_SIZE",
+     "a positive integer"),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2.5"}, "PMI_SIZE", "a positive integer"),
+    ({"SLURM_PROCID": "x", "SLURM_NTASKS": "2"}, "SLURM_PROCID", "a non-negative integer"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "many"}, "SLURM_NTASKS", "a positive integer"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "x(x2)"},
+     "SLURM_NTASKS_PER_NODE", "a positive integer"),
+])
+def test_malformed_rank_variable_is_one_usage_line(variables, name, expected):
+    """Issue 17 item 14: a usage error (exit 2), not a bare ValueError traceback."""
+    from horovod_train.errors import UsageError
+    with pytest.raises(UsageError) as err:
+        env.launch_info(variables)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"environment variable {name}: received {variables[name]!r}")
+    assert f"expected {expected}" in message and "Fix: " in message
