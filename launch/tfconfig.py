@@ -15,7 +15,7 @@ import json
 import re
 
 from launch.errors import launch_error
-from launch.hostfile import Host, check_hostname
+from launch.hostfile import LOCAL_NAMES, Host, check_hostname
 
 ENV_HOSTS = "HOROVOD_TRAIN_HOSTS"
 ENV_PORT_BASE = "HOROVOD_TRAIN_MWMS_PORT_BASE"
@@ -56,6 +56,27 @@ def _check_address(address, where: str) -> str:
     return address
 
 
+def address_key(address: str) -> tuple[str, int]:
+    """What makes two 'host:port' strings one listening address: host names are
+    case-blind, every name of this machine is one host, and '012' is port 12."""
+    host, _, port = str(address).rpartition(":")
+    host = host.strip("[]").lower()
+    if host in LOCAL_NAMES or host.startswith("127."):
+        host = "localhost"
+    return host, int(port) if port.isdigit() else -1
+
+
+def find_duplicate(addresses) -> tuple[int, int] | None:
+    """(first, second) indexes of the first address listed twice, else None."""
+    seen: dict[tuple[str, int], int] = {}
+    for index, address in enumerate(addresses):
+        key = address_key(address)
+        if key in seen:
+            return seen[key], index
+        seen[key] = index
+    return None
+
+
 def tf_config(hosts_ports: list[str], index: int, task_type: str = "worker") -> dict:
     """The TF_CONFIG dict (JSON-able) for task `index` of a workers-only cluster."""
     if task_type not in TASK_TYPES:
@@ -65,9 +86,13 @@ def tf_config(hosts_ports: list[str], index: int, task_type: str = "worker") -> 
         raise launch_error("TF_CONFIG cluster", hosts_ports, "at least one 'host:port'",
                            "['node01:12345', 'node02:12345']")
     addresses = [_check_address(a, f"TF_CONFIG worker {i}") for i, a in enumerate(hosts_ports)]
-    if len(set(addresses)) != len(addresses):
-        raise launch_error("TF_CONFIG cluster", hosts_ports, "distinct host:port addresses",
-                           "['node01:12345', 'node01:12346']")
+    duplicate = find_duplicate(addresses)
+    if duplicate:
+        first, second = duplicate
+        raise launch_error(f"TF_CONFIG workers {first} and {second}", addresses[second],
+                           f"distinct host:port addresses ({addresses[first]!r} and "
+                           f"{addresses[second]!r} are one address: a worker would meet "
+                           "itself and wait forever)", "['node01:12345', 'node01:12346']")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(addresses):
         raise launch_error("--index", index, f"a worker index from 0 to {len(addresses) - 1}",
                            "--index 0")

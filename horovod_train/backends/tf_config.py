@@ -12,6 +12,7 @@ import time
 
 from horovod_train import env as env_lib
 from horovod_train.errors import UsageError
+from launch.tfconfig import address_key, find_duplicate
 
 _EXAMPLE = ('{"cluster": {"worker": ["host1:23456", "host2:23456"]}, '
             '"task": {"type": "worker", "index": 0}}')
@@ -38,6 +39,7 @@ def validate(raw: str) -> dict:
         host, _, port = str(address).rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise _bad("cluster.worker", address, "host:port with a port in 1..65535")
+    _refuse_duplicates(cluster["worker"])
     if set(cluster) - {"worker"}:
         raise _bad("cluster", sorted(cluster), "only 'worker' tasks (no chief/ps/evaluator)")
     task = config.get("task")
@@ -48,6 +50,22 @@ def validate(raw: str) -> dict:
     if not isinstance(index, int) or not 0 <= index < len(cluster["worker"]):
         raise _bad("task.index", index, f"an integer in [0, {len(cluster['worker'])})")
     return config
+
+
+def _refuse_duplicates(workers: list) -> None:
+    """One address twice: that worker meets itself in the rendezvous and MWMS then
+    waits forever for a peer that is itself. Refused before any port is opened."""
+    duplicate = find_duplicate([str(w) for w in workers])
+    if duplicate is None:
+        return
+    first, second = duplicate
+    a, b = str(workers[first]), str(workers[second])
+    received = f"{a!r} twice" if a == b else f"{a!r} and {b!r} (one address)"
+    host, port = address_key(a)
+    raise UsageError(f"TF_CONFIG cluster.worker: received {received}, for workers {first} and "
+                     f"{second}; expected a distinct host:port for every worker (a worker "
+                     f"listed twice meets itself and waits forever). Fix: give each worker its "
+                     f"own port, e.g. '{host}:{port}' and '{host}:{port + 1}'")
 
 
 def _config(hosts: list[str], index: int, port_base: int) -> dict:
@@ -88,12 +106,24 @@ def _hosts_from_launcher_list(value: str, size: int) -> list[str]:
     return hosts[:size]
 
 
+def _port_base(environ, default: int) -> int:
+    """HOROVOD_TRAIN_MWMS_PORT_BASE (set by `python -m launch`) wins over the flag."""
+    raw = environ.get(env_lib.MWMS_PORT_BASE)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
+        raise UsageError(f"environment variable {env_lib.MWMS_PORT_BASE}: received {raw!r}; "
+                         f"expected a port from 1024 to 65535. Fix: unset it to use "
+                         f"--mwms_port_base, or set it to a free port such as 12345")
+    return int(raw)
+
+
 def resolve_tf_config(environ, port_base: int) -> dict:
     raw = environ.get(env_lib.TF_CONFIG)
     if raw:
         return validate(raw)
     info = env_lib.launch_info(environ)
-    port_base = int(environ.get(env_lib.MWMS_PORT_BASE, port_base))
+    port_base = _port_base(environ, port_base)
     if environ.get(env_lib.TRAIN_HOSTS) and info.is_distributed_launch:
         hosts = _hosts_from_launcher_list(environ[env_lib.TRAIN_HOSTS], info.size)
     elif info.launcher == "srun":
@@ -108,7 +138,9 @@ def resolve_tf_config(environ, port_base: int) -> dict:
         raise UsageError("--backend=mwms under horovodrun across hosts: received no TF_CONFIG; "
                          "expected TF_CONFIG or a launcher we can derive it from. Fix: launch "
                          "with mpirun or srun, or set TF_CONFIG ('python -m launch tf-config')")
-    return _config(hosts, info.rank, port_base)
+    config = _config(hosts, info.rank, port_base)
+    _refuse_duplicates(config["cluster"]["worker"])  # e.g. 'localhost' and '127.0.0.1'
+    return config
 
 
 def rendezvous(workers: list[str], index: int, timeout_s: float):
