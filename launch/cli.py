@@ -15,9 +15,10 @@ from launch.errors import LaunchError, launch_error
 from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfile,
                              format_openmpi_hostfile, is_local_only, parse_hostfile,
                              parse_hosts_arg, total_slots)
-from launch.plan import BIND_TO, CONTROLLERS, SRUN_MPI
+from launch.plan import BIND_TO, COMMAND_EXAMPLE, CONTROLLERS, SRUN_MPI
 
-COMMAND_EXAMPLE = "-- python -m horovod_train --steps 100"
+# Kept on one line (raw formatting) so the command can be copied as printed.
+EPILOG = f"example:\n  python -m launch run -H localhost:2 {COMMAND_EXAMPLE}"
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,12 @@ def _slurm_flags(parser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m launch", description="Plan and start horovod_train "
-                     "jobs: horovodrun, mpirun, srun, sbatch scripts and TF_CONFIG. "
-                     "The training command goes after '--'.")
+                     "jobs: horovodrun, mpirun, srun, sbatch scripts and TF_CONFIG.\n"
+                     "The training command goes after '--'.", epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     subs = parser.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
-    _run_flags(subs.add_parser("run", help="start the job (--dry_run: only print it)"))
+    _run_flags(subs.add_parser("run", help="start the job (--dry_run: only print it)",
+                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
     _add(subs.choices["run"], "--dry_run", action="store_true")
     _run_flags(subs.add_parser("print", help="print the exact command and env (dry run)"))
     tfc = subs.add_parser("tf-config", help="print TF_CONFIG JSON for MWMS worker --index")

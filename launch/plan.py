@@ -24,6 +24,8 @@ SRUN_DISTRIBUTION = ("block", "cyclic")
 BIND_TO = ("none", "core", "socket", "numa", "hwthread", "board", "l3cache")
 HYDRA_LAUNCHERS = ("ssh", "rsh", "fork", "slurm")
 MAX_RANKS = MAX_HOSTS * MAX_SLOTS
+# Shown in errors and --help; tests/unit/test_launch_docs.py checks its flags are real.
+COMMAND_EXAMPLE = "-- python -m horovod_train --max_steps=100"
 
 _MAP_BY = re.compile(r"^(slot|node|core|socket|numa|hwthread|board|l3cache"
                      r"|ppr:[0-9]{1,4}:(node|socket|numa|core|l3cache))(:[A-Za-z0-9=,]+)?$")
@@ -38,7 +40,7 @@ _IFNAME = re.compile(r"^[A-Za-z0-9_.:@][A-Za-z0-9_.:@-]{0,14}$")
 
 def check_command(command) -> list[str]:
     """The program to run on every rank, e.g. ['python', '-m', 'horovod_train']."""
-    example = "-- python -m horovod_train --steps 100"
+    example = COMMAND_EXAMPLE
     if isinstance(command, str) or not command:
         raise launch_error("command", command, "the program and its arguments after '--'",
                            example)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CMD = ["python", "-m", "horovod_train", "--steps", "10"]
+CMD = ["python", "-m", "horovod_train", "--max_steps=10"]
 
 
 def launch(*args, env=None, cwd=REPO):

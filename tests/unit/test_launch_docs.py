@@ -3,6 +3,7 @@
 Blocks live in docs/launch.md (and in README.md once merged there). The commands run
 with a minimal environment (PATH, PYTHONPATH), the one the docs were generated with.
 """
+import json
 import os
 import re
 import shlex
@@ -72,3 +73,43 @@ def test_doc_hostfile_example_parses():
     assert parse_hostfile_text(block, "docs") == [
         Host("node01", 8), Host("node02", 8), Host("node03", 1), Host("node04", 8, 16),
         Host("10.0.0.5", 4), Host("fe80::1", 4)]
+
+
+# `python -m horovod_train` and what follows it on the line, up to a backtick or quote.
+TRAINING_COMMAND = re.compile(r"python3? -m horovod_train(?![\w.])([^`'\"\n]*)")
+LAUNCH_SOURCES = sorted((REPO / "launch").glob("**/*.py")) + sorted(
+    (REPO / "launch" / "slurm").glob("*.tmpl"))
+
+
+def real_training_flags() -> set[str]:
+    """The flags `python -m horovod_train` defines (absl's own included), read in a
+    child so this process's absl FLAGS stay untouched."""
+    code = ("import json; from absl import flags; from horovod_train import flags as f; "
+            "f.define_flags(); print(json.dumps(sorted(flags.FLAGS)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, timeout=60, env={"PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout))
+
+
+def shown_training_flags() -> dict[str, str]:
+    """Every --flag shown after `python -m horovod_train`, mapped to where it is shown."""
+    texts = {str(path.relative_to(REPO)): path.read_text() for path in LAUNCH_SOURCES + DOCS}
+    for args in (["--help"], ["run", "--help"], ["print", "--help"], ["slurm", "--help"]):
+        texts["python -m launch " + " ".join(args)] = run_launch(args).stdout
+    shown = {}
+    for where, text in texts.items():
+        for match in TRAINING_COMMAND.finditer(text):
+            for flag in re.findall(r"(?:^|\s)--([A-Za-z][\w-]*)", match.group(1)):
+                shown.setdefault(flag, where)
+    return shown
+
+
+def test_every_training_flag_in_launch_examples_and_docs_is_real():
+    """Issue 17 item 16: the examples showed `--steps 100`, a flag that never existed."""
+    shown = shown_training_flags()
+    assert "max_steps" in shown  # the examples do show training flags
+    real = real_training_flags()
+    real |= {"no" + flag for flag in real}  # absl's --noflag spelling of booleans
+    unknown = {flag: where for flag, where in shown.items() if flag not in real}
+    assert not unknown, f"not flags of python -m horovod_train: {unknown}"

@@ -7,7 +7,7 @@ from launch.errors import LaunchError
 from launch.hostfile import Host
 from launch.plan import horovodrun_argv, mpich_argv, mpirun_argv, srun_argv
 
-CMD = ["python", "-m", "horovod_train", "--steps", "10"]
+CMD = ["python", "-m", "horovod_train", "--max_steps=10"]
 HOSTS = [Host("h1", 2), Host("h2", 2)]
 
 
