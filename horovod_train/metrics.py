@@ -1,4 +1,5 @@
 """Throughput, the step-time breakdown, weight digests and the run summary."""
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -7,6 +8,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from horovod_train.errors import write_error
 
 
 @dataclasses.dataclass
@@ -98,25 +101,39 @@ def gather_digests(backend, digest: str) -> list[str]:
     return [bytes(int(round(b)) for b in row).hex() for row in byte_rows]
 
 
-def _write_atomic(path: str, write_fn, mode: str):
-    """Write aside, then rename: a reader never sees half a file."""
+# Written after the last checkpoint: a failure here loses records, not training.
+_KEPT = "training state in --checkpoint_dir is untouched"
+
+
+def _write_atomic(path: str, write_fn, mode: str, flag: str):
+    """Write aside, then rename: a reader never sees half a file. A disk that refuses
+    (full, read-only, a file where a directory should be) is one UsageError line
+    naming `flag` and the path, and the partial file is removed."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=".tmp")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=".tmp")
+    except OSError as err:
+        raise write_error(flag, path, err, f"point {flag} at a writable directory; {_KEPT}") from None
     try:
         with os.fdopen(fd, mode) as f:
             write_fn(f)
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise write_error(flag, path, err, f"free space or point {flag} elsewhere; {_KEPT}") \
+                from None
         raise
 
 
-def write_json_atomic(path: str, payload: dict):
-    _write_atomic(path, lambda f: json.dump(payload, f, indent=2, sort_keys=True), "w")
+def write_json_atomic(path: str, payload: dict, flag: str = "--summary_json"):
+    """flag: what the message names (the summary's default path is under --run_dir)."""
+    _write_atomic(path, lambda f: json.dump(payload, f, indent=2, sort_keys=True), "w", flag)
 
 
-def write_npz_atomic(path: str, variables):
+def write_npz_atomic(path: str, variables, flag: str = "--export_weights"):
     """Weights by position and path (w000_conv1/kernel), so the order is kept."""
     arrays = {f"w{i:03d}_{v.path.replace('/', '.')}": np.asarray(v) for i, v in enumerate(variables)}
-    _write_atomic(path, lambda f: np.savez(f, **arrays), "wb")
+    _write_atomic(path, lambda f: np.savez(f, **arrays), "wb", flag)

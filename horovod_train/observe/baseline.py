@@ -80,7 +80,7 @@ def store(path: str, key: str, samples_per_sec: float, run_dir: str | None):
     table = _read(path)
     table[key] = {"samples_per_sec": samples_per_sec, "run_dir": run_dir,
                   "stored_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    metrics.write_json_atomic(path, table)
+    metrics.write_json_atomic(path, table, flag="--baseline_cache")
 
 
 def resolve(observe, key: str):

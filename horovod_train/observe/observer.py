@@ -5,12 +5,14 @@ and hands each interval's record to `observer.interval`. Only the chief's observ
 prints and writes files; every other rank holds a NullObserver, so non-chief ranks
 write nothing without the loop ever asking which rank it is.
 """
+import contextlib
 import json
 import os
 import time
 
 from absl import logging
 
+from horovod_train.errors import UsageError, write_error
 from horovod_train.observe import baseline, progress
 from horovod_train.observe.writer import BackgroundWriter
 
@@ -23,6 +25,19 @@ TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/loss_scale",
               "throughput/efficiency", "time/step_ms", "gpu/utilization_pct",
               "gpu/memory_mib") + tuple(f"breakdown/{p}_ms" for p in BREAKDOWN_PARTS)
 EVAL_TAGS = ("eval/accuracy", "eval/loss")
+# The records are the chief's alone and come after nothing a resume needs.
+RUN_DIR_FIX = ("free space or point --run_dir elsewhere (--noinstrument writes no records); "
+               "training state in --checkpoint_dir is untouched")
+
+
+@contextlib.contextmanager
+def _writing(path: str):
+    """A refused write under --run_dir (full disk, a file in the way) as one line naming
+    the file, on whichever thread it happens; the writer hands it to the training thread."""
+    try:
+        yield
+    except OSError as err:
+        raise write_error("--run_dir", err.filename or path, err, RUN_DIR_FIX) from None
 
 
 class NullObserver:
@@ -78,22 +93,28 @@ class ChiefObserver(NullObserver):
 
     def _open_sinks(self, start_record: dict):
         from horovod_train.observe.tensorboard import ScalarWriter
-        os.makedirs(self.run_dir, exist_ok=True)
-        # Appended, one JSON object per line and flushed: a resumed run continues
-        # the file after a new "start" record, and a reader never sees half a line.
-        self._jsonl = open(os.path.join(self.run_dir, METRICS_FILE), "a")
+        self._jsonl_path = os.path.join(self.run_dir, METRICS_FILE)
+        self._tb_dir = os.path.join(self.run_dir, "tb")
+        with _writing(self._jsonl_path):
+            os.makedirs(self.run_dir, exist_ok=True)
+            # Appended, one JSON object per line and flushed: a resumed run continues
+            # the file after a new "start" record, and a reader never sees half a line.
+            self._jsonl = open(self._jsonl_path, "a")
         self._append(dict(start_record, kind="start"))
-        self._tb = ScalarWriter(os.path.join(self.run_dir, "tb"), [TRAIN_TAGS, EVAL_TAGS])
+        with _writing(self._tb_dir):
+            self._tb = ScalarWriter(self._tb_dir, [TRAIN_TAGS, EVAL_TAGS])
         self._writer = BackgroundWriter()
 
     def _append(self, record: dict):
-        self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
-        self._jsonl.flush()
+        with _writing(self._jsonl_path):
+            self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
+            self._jsonl.flush()
 
     def _write(self, record: dict, scalars: dict):
         """On the writer thread: one metrics.jsonl line and its TensorBoard scalars."""
         self._append(record)
-        self._tb.write(record["step"], scalars)
+        with _writing(self._tb_dir):
+            self._tb.write(record["step"], scalars)
 
     def before_step(self, step: int):
         if self._profile:
@@ -145,8 +166,10 @@ class ChiefObserver(NullObserver):
                           "samples_per_sec": summary["samples_per_sec"],
                           "wall_seconds": summary["wall_seconds"],
                           "test_accuracy": summary["test_accuracy"]})
-            self._jsonl.close()
-            self._tb.close()
+            with _writing(self._jsonl_path):
+                self._jsonl.close()
+            with _writing(self._tb_dir):
+                self._tb.close()
             self._store_baseline(summary)
 
     def _store_baseline(self, summary: dict):
@@ -155,7 +178,11 @@ class ChiefObserver(NullObserver):
         steps = sum(n for n, _ in self._steady)
         rate = steps / sum(n / r for n, r in self._steady) if steps else summary["samples_per_sec"]
         if self.world_size == 1 and self.cache and rate > 0:
-            baseline.store(self.cache, self.key, rate, self.run_dir)
+            try:
+                baseline.store(self.cache, self.key, rate, self.run_dir)
+            except UsageError as err:  # a cache: losing it costs a figure, not the run
+                logging.warning("scaling | baseline not stored: %s", err)
+                return
             logging.info("scaling | stored %.0f samples/s as the 1-rank baseline of config "
                          "key %s in %s", rate, self.key, self.cache)
 

@@ -7,7 +7,22 @@ records, and any TensorBoard reads them (`tensorboard --logdir RUN_DIR/tb`).
 Sixteen eager writes cost ~11 ms on a CPU; one compiled function per set of tags,
 taking the values as one vector and a mask for the ones not measured (None), costs
 ~1 ms and is traced once, at start-up, outside any measured interval.
+
+A refused write (a full disk) comes from TF as a many-line OpError; it is raised here
+as an OSError naming the events file, like every other file write of the observer.
 """
+import errno
+import re
+
+# The line of TF's message that matters: "<events file>; No space left on device".
+_FAILED_FILE = re.compile(r"^(\S+); ([^\t\n]+)$", re.M)
+
+
+def _as_os_error(err, logdir: str) -> OSError:
+    message = getattr(err, "message", str(err))
+    found = _FAILED_FILE.search(message)
+    path, reason = found.groups() if found else (logdir, message.strip().splitlines()[0])
+    return OSError(errno.EIO, reason.strip(), path)
 
 
 class ScalarWriter:
@@ -15,7 +30,11 @@ class ScalarWriter:
         import tensorflow as tf
         from tensorflow.core.framework import summary_pb2
         self._tf = tf
-        self._writer = tf.summary.create_file_writer(logdir, flush_millis=10_000)
+        self._logdir = logdir
+        try:
+            self._writer = tf.summary.create_file_writer(logdir, flush_millis=10_000)
+        except tf.errors.OpError as err:
+            raise _as_os_error(err, logdir) from None
         self._metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
             data_class=summary_pb2.DATA_CLASS_SCALAR)
@@ -30,9 +49,12 @@ class ScalarWriter:
         if tags not in self._fns:
             self._fns[tags] = self._compile(tags)
         values = [scalars[t] for t in tags]
-        self._fns[tags](tf.constant(step, tf.int64),
-                        tf.constant([0.0 if v is None else float(v) for v in values], tf.float32),
-                        tf.constant([v is not None for v in values]))
+        try:
+            self._fns[tags](tf.constant(step, tf.int64),
+                            tf.constant([0.0 if v is None else float(v) for v in values], tf.float32),
+                            tf.constant([v is not None for v in values]))
+        except tf.errors.OpError as err:
+            raise _as_os_error(err, self._logdir) from None
 
     def _compile(self, tags):
         tf, writer, metadata = self._tf, self._writer, self._metadata
@@ -47,5 +69,8 @@ class ScalarWriter:
         return write_all
 
     def close(self):
-        self._writer.flush()
-        self._writer.close()
+        try:
+            self._writer.flush()
+            self._writer.close()
+        except self._tf.errors.OpError as err:
+            raise _as_os_error(err, self._logdir) from None
