@@ -9,12 +9,13 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from launch import ports  # standard library only, like this module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -82,11 +83,10 @@ def train(prefix: list, flags: list, timeout: float = 900, env: dict | None = No
             return json.load(f), log
 
 
-def free_port_base() -> int:
-    """A port the OS just called free, for workers that listen on base + local rank."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port_base(width: int = 2) -> int:
+    """A base for `width` workers listening on base + local rank: free ports below the
+    ephemeral range, which a peer's outgoing connection can never take (launch/ports.py)."""
+    return ports.free_port_base(width)
 
 
 def json_lines(text: str) -> list:

@@ -61,7 +61,7 @@ def mwms(np_: int, flags: list, timeout=900) -> dict:
     """Our program on np_ MWMS workers started by horovodrun: the program derives
     TF_CONFIG itself (localhost, ports from --mwms_port_base)."""
     summary, log = common.train(common.launcher("gloo", np_), [
-        "--backend=mwms", f"--mwms_port_base={common.free_port_base()}", *flags], timeout)
+        "--backend=mwms", f"--mwms_port_base={common.free_port_base(np_)}", *flags], timeout)
     rates = [r / np_ for r in common.interval_rates(log)]
     return {"per_rank": rates or summary["samples_per_sec_per_rank"], "ranks": np_,
             "from": "log intervals" if rates else "summary",

@@ -10,7 +10,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from launch import sbatch, slurm_nodes, spec, tfconfig
+from launch import ports, sbatch, slurm_nodes, spec, tfconfig
 from launch.errors import LaunchError, launch_error
 from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfile,
                              format_openmpi_hostfile, is_local_only, parse_hostfile,
@@ -196,7 +196,7 @@ def launch_spec(args, command) -> spec.LaunchSpec:
         bind_to=args.bind_to, map_by=args.map_by, mca=_pairs(args.mca, "--mca"),
         launch_agent=args.launch_agent, srun_mpi=args.srun_mpi,
         gpus_per_task=args.gpus_per_task, as_root=hasattr(os, "geteuid") and os.geteuid() == 0,
-        horovod=knobs)
+        horovod=knobs, ephemeral_ports=ports.read_ephemeral_range())
 
 
 def _slurm_job(args, command) -> sbatch.SlurmJob:

@@ -7,7 +7,7 @@ over its own environment.
 """
 from dataclasses import dataclass, field
 
-from launch import plan, tfconfig
+from launch import plan, ports, tfconfig
 from launch.envvars import (check_env_name, check_env_value, cpu_sharing_env,
                             forwarded_names, unset_only)
 from launch.errors import launch_error
@@ -67,6 +67,7 @@ class LaunchSpec:
     gpus_per_task: int | None = None
     as_root: bool = False
     horovod: HorovodKnobs = field(default_factory=HorovodKnobs)
+    ephemeral_ports: tuple[int, int] | None = None  # this machine's ip_local_port_range
 
 
 def resolve_launcher(spec: LaunchSpec) -> str:
@@ -200,6 +201,22 @@ def _local_processes(spec: LaunchSpec, hosts, np, env) -> list[Process]:
                                                  .items()))) for c in configs]
 
 
+def _check_local_ports(spec: LaunchSpec, hosts, np) -> None:
+    """Workers on this machine must listen below its ephemeral range: in it, a peer's
+    outgoing connection can take a worker's port before the worker binds it. Remote
+    hosts' ranges are theirs, unknown here."""
+    if spec.ephemeral_ports is None or not hosts or not is_local_only(hosts):
+        return
+    width = max(h.slots for h in first_ranks(hosts, np))
+    low, high = spec.ephemeral_ports
+    if ports.overlaps_ephemeral(spec.port_base, width, spec.ephemeral_ports):
+        raise launch_error("--port_base", spec.port_base, f"ports outside this machine's "
+                           f"ephemeral range {low}-{high} (ip_local_port_range), where outgoing "
+                           f"connections take ports at random; {width} workers use "
+                           f"{spec.port_base}..{spec.port_base + width - 1}",
+                           f"--port_base {tfconfig.DEFAULT_PORT_BASE}")
+
+
 def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
     """Validates `spec` completely and returns what to start; nothing is started here."""
     plan.check_choice(spec.backend, BACKENDS, "--backend")
@@ -213,6 +230,8 @@ def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
         raise launch_error("--map_by", spec.map_by, "slot for mwms (TF_CONFIG lists "
                            "workers host by host, in rank order)", "--map_by slot")
     _check_controller(spec, launcher, np)
+    if spec.backend == "mwms":
+        _check_local_ports(spec, hosts, np)
     env = _env_additions(spec, launcher, hosts, np, environ)
     notes = []
     if spec.backend == "mwms" and launcher == "local":

@@ -3,12 +3,12 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import sys
 
 import numpy as np
 
 from conftest import ROOT, child_env, run_cli
+from launch.ports import free_port_base
 
 BIN = os.path.dirname(sys.executable)
 TRAIN = [sys.executable, "-m", "horovod_train"]
@@ -25,14 +25,11 @@ def mpirun(np_: int, args) -> list[str]:
 
 
 def free_ports(n: int) -> list[int]:
-    """n localhost ports that were free a moment ago (for MWMS workers)."""
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """n consecutive localhost ports, free a moment ago, below the ephemeral range (for
+    MWMS workers): an OS-assigned port could be taken by a peer's outgoing connection
+    before its worker binds it (launch/ports.py)."""
+    base = free_port_base(n)
+    return list(range(base, base + n))
 
 
 def tf_config(ports, index: int) -> str:

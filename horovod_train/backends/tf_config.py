@@ -6,12 +6,14 @@ Derivation follows the launcher that started us:
   - horovodrun with every rank on this host: localhost.
 Worker i listens on port_base + its local rank, so ports are predictable per host.
 """
+import errno
 import json
 import socket
 import time
 
 from horovod_train import env as env_lib
 from horovod_train.errors import UsageError
+from launch import ports
 from launch.tfconfig import address_key, find_duplicate
 
 _EXAMPLE = ('{"cluster": {"worker": ["host1:23456", "host2:23456"]}, '
@@ -149,12 +151,13 @@ def rendezvous(workers: list[str], index: int, timeout_s: float):
     MWMS blocks without a word while a peer is missing, so we meet first: listen on
     our own port, connect to every peer, and stay listening until every peer has
     connected to us (each peer keeps trying while we listen, so all finish). Then the
-    listener closes and the strategy's server takes the same port. A port in use
-    fails at bind; a missing peer is named when timeout_s runs out.
+    listener closes and the strategy's server takes the same port. A port in use is
+    retried, and named with its holder; a missing peer is named; both when timeout_s
+    runs out.
     """
     host, _, port = workers[index].rpartition(":")
-    listener = _listen(int(port), workers[index], index)
     deadline = time.monotonic() + timeout_s
+    listener = bind_listener(int(port), workers[index], index, deadline)
     try:
         unreached = {w for i, w in enumerate(workers) if i != index}
         callers = 0
@@ -173,19 +176,32 @@ def rendezvous(workers: list[str], index: int, timeout_s: float):
         listener.close()
 
 
-def _listen(port: int, address: str, index: int) -> socket.socket:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind(("", port))
-    except OSError as err:
-        listener.close()
-        raise UsageError(f"TF_CONFIG cluster.worker[{index}]: port {port} of {address} is in "
-                         f"use ({err.strerror}); expected a free port. Fix: pick another port "
-                         f"(--mwms_port_base, or edit TF_CONFIG) or stop what holds it") from None
+def bind_listener(port: int, address: str, index: int, deadline: float) -> socket.socket:
+    """Our port, listening. In use, it is retried until `deadline`: an outgoing
+    connection (ours or a peer's) may hold it for a moment as its source port when the
+    port lies in the ephemeral range. Still in use then: one line naming the holder."""
+    while True:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("", port))
+            break
+        except OSError as err:
+            listener.close()
+            if err.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise _port_in_use(port, address, index, err) from None
+        time.sleep(0.25)
     listener.listen(64)
     listener.setblocking(False)
     return listener
+
+
+def _port_in_use(port: int, address: str, index: int, err: OSError) -> UsageError:
+    holder = ports.port_holder(port) if err.errno == errno.EADDRINUSE else None
+    held = f", held by {holder}" if holder else ""
+    return UsageError(f"TF_CONFIG cluster.worker[{index}]: port {port} of {address} is in "
+                      f"use ({err.strerror}{held}); expected a free port. Fix: pick another port "
+                      f"(--mwms_port_base, or edit TF_CONFIG) or stop what holds it")
 
 
 def _accept_all(listener) -> int:

@@ -62,3 +62,86 @@ def test_bad_port_base_variable_is_a_usage_line(value):
     with pytest.raises(UsageError) as err:
         worker_tfc.resolve_tf_config(environ, 12345)
     assert f"HOROVOD_TRAIN_MWMS_PORT_BASE: received {value!r}" in str(err.value)
+
+
+# --------------------------------------------------------------- item 15: port bases
+
+def test_ephemeral_range_is_read_from_the_kernel_text():
+    from launch import ports
+    assert ports.parse_port_range("32768\t60999\n") == (32768, 60999)
+    assert ports.parse_port_range("garbage") == ports.DEFAULT_EPHEMERAL
+
+
+def test_base_lies_below_the_ephemeral_range_and_skips_busy_ports():
+    from launch import ports
+    busy = {20000, 20003}
+    base = ports.pick_port_base(2, (20004, 60999), lambda p: p not in busy, start=0, lowest=19998)
+    # 19998..19999 is the only free pair below 20004 whose ports all sit under the range.
+    assert base == 19998
+    base = ports.pick_port_base(2, (20004, 60999), lambda p: p not in busy, start=1, lowest=19998)
+    assert base == 20001 and base + 1 < 20004
+
+
+def test_no_room_below_goes_above_and_none_at_all_is_an_error():
+    from launch import ports
+    assert ports.pick_port_base(4, (1024, 65000), lambda p: True, start=0) == 65001
+    with pytest.raises(LaunchError, match="ip_local_port_range"):
+        ports.pick_port_base(4, (1024, 65535), lambda p: True, start=0)
+
+
+def test_real_port_bases_avoid_this_machines_ephemeral_range():
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    from bench import common
+    from launch import ports
+    from ranks import free_ports
+    low, _ = ports.read_ephemeral_range()
+    listed = free_ports(3)
+    assert listed == [listed[0], listed[0] + 1, listed[0] + 2] and listed[-1] < low
+    assert common.free_port_base(2) + 1 < low
+
+
+def test_launch_refuses_local_worker_ports_inside_the_ephemeral_range():
+    from launch import spec
+    request = spec.LaunchSpec(backend="mwms", command=("python",), hosts=(Host("localhost", 2),),
+                              port_base=40000, ephemeral_ports=(32768, 60999))
+    with pytest.raises(LaunchError, match="ephemeral"):
+        spec.build_plan(request, {})
+    remote = spec.LaunchSpec(backend="mwms", command=("python",), hosts=(Host("n1", 2),),
+                             port_base=40000, ephemeral_ports=(32768, 60999))
+    assert spec.build_plan(remote, {}).launcher == "mpirun"  # their range is not ours to know
+
+
+# --------------------------------------------------------------- item 15: the bind
+
+def _held_port():
+    import socket
+    from launch import ports
+    holder = socket.socket()
+    holder.bind(("", ports.free_port_base(1)))
+    holder.listen(1)
+    return holder, holder.getsockname()[1]
+
+
+def test_bind_waits_out_a_transient_holder():
+    import threading
+    import time
+    holder, port = _held_port()
+    threading.Timer(1.0, holder.close).start()
+    listener = worker_tfc.bind_listener(port, f"localhost:{port}", 0, time.monotonic() + 20)
+    assert listener.getsockname()[1] == port
+    listener.close()
+
+
+def test_lasting_holder_is_named_by_pid_when_the_time_is_up():
+    import os
+    import time
+    holder, port = _held_port()
+    start = time.monotonic()
+    with holder, pytest.raises(UsageError) as err:
+        worker_tfc.bind_listener(port, f"localhost:{port}", 1, time.monotonic() + 1.5)
+    message = str(err.value)
+    assert 1.4 < time.monotonic() - start < 10
+    assert f"cluster.worker[1]: port {port} of localhost:{port} is in use" in message
+    assert f"held by pid {os.getpid()}" in message and "\n" not in message
