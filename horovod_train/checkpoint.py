@@ -304,7 +304,8 @@ class WorldSizeMismatch(UsageError):
         super().__init__(
             f"--checkpoint_dir: {path} was written by a {written}-rank run, this run has "
             f"{now} ranks; expected the same world size (the data position and the scaled "
-            f"learning rate depend on it). Fix: relaunch with {written} ranks, or use a new "
+            f"learning rate depend on it). Fix: relaunch with {written} rank"
+            f"{'s' if written != 1 else ''}, or use a new "
             f"--checkpoint_dir (for a changing world size use --elastic)")
 
 

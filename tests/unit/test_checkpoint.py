@@ -235,6 +235,9 @@ def test_other_world_size_is_refused_naming_both(tmp_path):
     assert isinstance(err.value, UsageError) and "\n" not in message
     assert "ckpt-000000010 was written by a 2-rank run, this run has 4 ranks" in message
     assert "Fix: relaunch with 2 ranks" in message and "--elastic" in message
+    checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3, facts={"world_size": 1})
+    with pytest.raises(checkpoint.WorldSizeMismatch, match="1-rank run, .*relaunch with 1 rank,"):
+        checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts={"world_size": 2})
 
 
 class _Var:

@@ -1,0 +1,89 @@
+"""Checkpoint directories under real processes (issue 17): prune keeps the readable
+checkpoints, a second job on the same directory is refused while the first finishes
+intact, and a resume at another world size is refused by every rank."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import run_cli
+from ranks import TRAIN, horovodrun, start_job, wait_for_path
+
+SMALL = ["--backend=local", "--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10",
+         "--checkpoint_every=10"]
+
+
+def _error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "horovod_train: error:" in line]
+
+
+def _ckpts(directory) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if n.startswith("ckpt-"))
+
+
+def test_prune_keeps_the_readable_checkpoints_next_to_garbage(tmp_path):
+    ck = tmp_path / "CK"
+    for step in (900, 800):  # the issue's repro: two dirs that only look like checkpoints
+        (ck / f"ckpt-000000{step}").mkdir(parents=True)
+        (ck / f"ckpt-000000{step}" / "meta.json").write_text("x\n")
+    proc = run_cli(TRAIN + SMALL + ["--max_steps=30", "--keep_checkpoints=2",
+                                    f"--checkpoint_dir={ck}"], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _ckpts(ck) == ["ckpt-000000020", "ckpt-000000030",
+                          "ckpt-000000800", "ckpt-000000900"]
+    assert (ck / "ckpt-000000900" / "meta.json").read_text() == "x\n"
+    assert all(sorted(os.listdir(ck / n)) == ["meta.json", "state.npz"]
+               for n in ("ckpt-000000020", "ckpt-000000030"))
+    assert not [n for n in os.listdir(ck) if n.startswith((".partial", ".pruning"))]
+    warned = [line for line in proc.stderr.splitlines() if "--keep_checkpoints" in line]
+    assert len(warned) == 1 and "ckpt-000000900" in warned[0] and "ckpt-000000800" in warned[0]
+
+
+@pytest.mark.slow
+def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path):
+    ck = tmp_path / "CK"
+    args = SMALL + ["--keep_checkpoints=2", f"--checkpoint_dir={ck}"]
+    first = start_job(TRAIN + args + ["--max_steps=100"], "ckpt-writer-1", SLURM_JOB_ID="4242")
+    try:
+        wait_for_path(ck / "ckpt-000000010", proc=first)
+        # Paused, the first job surely still holds the directory while the second starts.
+        os.killpg(first.pid, signal.SIGSTOP)
+        before = sorted(os.listdir(ck))
+        second = run_cli(TRAIN + args + ["--max_steps=30"], timeout=300)
+        assert sorted(os.listdir(ck)) == before  # the refused job wrote nothing there
+        os.killpg(first.pid, signal.SIGCONT)
+        out, _ = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert second.returncode == 2, second.stderr[-3000:]
+    lines = _error_lines(second.stderr)
+    assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    assert f"pid {first.pid}" in lines[0] and "SLURM_JOB_ID=4242" in lines[0]
+    assert os.uname().nodename in lines[0] and "Fix: give each job its own" in lines[0]
+    assert first.returncode == 0, out[-3000:]
+    assert "free space" not in out and "done  | steps 100" in out
+    assert _ckpts(ck) == ["ckpt-000000090", "ckpt-000000100"]
+    assert all(sorted(os.listdir(ck / n)) == ["meta.json", "state.npz"] for n in _ckpts(ck))
+
+
+@pytest.mark.slow
+def test_resume_at_another_world_size_is_refused_by_every_rank(tmp_path):
+    pytest.importorskip("horovod.tensorflow")
+    ck = tmp_path / "CK"
+    one = run_cli(TRAIN + SMALL + ["--max_steps=20", f"--checkpoint_dir={ck}"], timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    common = ["--intra_op_threads=1", "--eval_every_epochs=0", "--checkpoint_every=10"]
+    two = run_cli(horovodrun(2, "gloo", common + ["--max_steps=40", f"--checkpoint_dir={ck}"]),
+                  timeout=300)
+    output = two.stdout + two.stderr
+    # horovodrun ends with its own status 1 and names the first rank's code, 2.
+    assert two.returncode != 0 and "Exit code: 2" in output, output[-4000:]
+    lines = _error_lines(output)
+    assert sorted(line.split(">", 1)[0] for line in lines) == ["[0]<stderr", "[1]<stderr"], lines
+    assert len({line.split(":", 1)[1] for line in lines}) == 1  # the same line on both ranks
+    assert "ckpt-000000020 was written by a 1-rank run, this run has 2 ranks" in lines[0]
+    assert "Fix: relaunch with 1 rank," in lines[0] and "resumed from step" not in output
+    assert _ckpts(ck) == ["ckpt-000000010", "ckpt-000000020"]  # nothing overwritten
