@@ -26,20 +26,43 @@ _ENVS = {}  # path -> environment: LMDB allows one open environment per file per
 def _env(path: str):
     if path not in _ENVS:
         try:
-            _ENVS[path] = lmdb.open(path, readonly=True, lock=False, readahead=False,
-                                    subdir=True, max_readers=512)
+            env = lmdb.open(path, readonly=True, lock=False, readahead=False,
+                            subdir=True, max_readers=512)
         except lmdb.Error as err:
             raise usage_error(f"LMDB environment {path}", f"an unreadable database ({err})",
                               "an LMDB written by the converter",
                               "restore or re-convert it (python -m horovod_train.data convert)")
+        _check_size(path, env)
+        _ENVS[path] = env
     return _ENVS[path]
+
+
+def _check_size(path: str, env) -> None:
+    """Refuses a data.mdb shorter than its meta page says. LMDB memory-maps the file and
+    trusts the meta page: touching a page past the end of a truncated file is SIGBUS,
+    which kills the process with no Python error. info()/stat() read only the meta page."""
+    last_page, page_size = env.info()["last_pgno"], env.stat()["psize"]
+    needed = (last_page + 1) * page_size
+    file = os.path.join(path, "data.mdb")
+    actual = os.path.getsize(file)
+    if actual < needed:
+        env.close()
+        raise usage_error(f"LMDB file {file}", f"{actual} bytes",
+                          f"at least {needed} bytes (pages 0..{last_page} of {page_size} bytes, "
+                          "as its meta page records: the file was truncated)",
+                          "restore it or re-convert (python -m horovod_train.data convert)")
 
 
 def _read_chunk(path: str):
     def read(ids):
-        with _env(path).begin(buffers=False) as txn:
-            # A missing value decodes as an empty record, which fails loudly in parse.
-            values = [txn.get(writers.lmdb_key(int(i))) or b"" for i in ids.numpy()]
+        try:
+            with _env(path).begin(buffers=False) as txn:
+                # A missing value decodes as an empty record, which fails loudly in parse.
+                values = [txn.get(writers.lmdb_key(int(i))) or b"" for i in ids.numpy()]
+        except lmdb.Error as err:
+            # TF reports only the message: put the environment in it, so that
+            # errors.describe_data_error can name it.
+            raise ValueError(f"LMDB environment {path}: {type(err).__name__}: {err}") from None
         return np.array(values, dtype=object)  # a list would mean several outputs
     return lambda ids: tf.ensure_shape(tf.py_function(read, [ids], tf.string), [None])
 
