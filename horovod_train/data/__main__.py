@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--encoding", default="raw", help="numpy uint8 images: raw or png")
     c.add_argument("--overwrite", action="store_true")
     c.add_argument("--no_progress", action="store_true")
-    v = sub.add_parser("verify", help="read every record once; report counts and damage")
+    v = sub.add_parser("verify", help="read, parse and decode every record once (every "
+                       "encoded image too); report counts and damage")
     v.add_argument("--data_dir", required=True)
     v.add_argument("--skip_corrupt", action="store_true", help="count damage instead of failing")
     return parser

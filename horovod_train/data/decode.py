@@ -43,9 +43,13 @@ def _image(features, schema):
     if schema.encoding == "raw":
         x = tf.io.decode_raw(features["image"], tf.dtypes.as_dtype(schema.dtype))
         return tf.reshape(x, schema.shape)
-    x = tf.io.decode_image(features["image"], channels=schema.shape[-1], expand_animations=False)
     # Batching needs one static shape; a differently sized image must fail loudly.
-    return tf.ensure_shape(x, schema.shape)
+    return tf.ensure_shape(_decoded_image(features, schema), schema.shape)
+
+
+def _decoded_image(features, schema):
+    return tf.io.decode_image(features["image"], channels=schema.shape[-1],
+                              expand_animations=False)
 
 
 def decoder(schema):
@@ -87,9 +91,12 @@ def batch_decoder(schema):
 
 
 def checker(schema):
-    """serialized -> int64 status: 1 usable, -1 not (a label or token out of range, a raw
-    image of the wrong size); a record that does not parse raises. Encoded images are
-    not decoded here (that would cost as much as an epoch of training).
+    """serialized -> int64 status: 1 usable, -1 not (a label or token out of range, an
+    image of the wrong size); a record that does not parse, or an encoded image that
+    does not decode, raises. Encoded images are decoded in full, once: that costs about
+    an epoch of decoding, but a header or length check lets through the images that
+    would otherwise crash step 1 (and --skip_corrupt must know every one of them at
+    load, so that all ranks count the same records).
 
     The status is computed from the parsed values on purpose: a result that did not
     depend on them (a static size, say) would let graph optimisation drop the parse."""
@@ -101,7 +108,8 @@ def checker(schema):
             raw = tf.io.decode_raw(features["image"], tf.dtypes.as_dtype(schema.dtype))
             ok = tf.equal(tf.size(raw), int(np.prod(schema.shape)))
         elif schema.kind == "image":
-            ok = tf.strings.length(features["image"]) > 0
+            ok = tf.reduce_all(tf.equal(tf.shape(_decoded_image(features, schema)),
+                                        schema.shape))
         else:
             tokens = features["tokens"]
             ok = tf.reduce_all(tokens >= 0)

@@ -6,13 +6,14 @@ drops records. A failure here is a UsageError naming the file and the record ind
 before any rank has started a collective.
 """
 import dataclasses
-import re
 
 import numpy as np
 import tensorflow as tf
 
+from horovod_train.data import errors
+
 BATCH = 4096  # records per batch when scanning
-BAD_VALUES = "a label, token or raw image size that does not match dataset.json"
+BAD_VALUES = "a label, token or image size that does not match dataset.json"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -29,10 +30,8 @@ class Scan:
 
 
 def short_error(err: Exception) -> str:
-    """TF's message without the function-node prefix, on one line."""
-    text = getattr(err, "message", None) or str(err)
-    text = re.sub(r"\{\{[^}]*\}\}\s*", "", text).split("\n")[0]
-    return re.sub(r"\s*\[Op:[^\]]*\].*", "", text).strip()
+    """TF's message on one line, without its prefixes and node lists."""
+    return errors.short_message(getattr(err, "message", None) or str(err))
 
 
 def _collect(ds) -> tuple[np.ndarray, np.ndarray]:
