@@ -235,7 +235,19 @@ def _input_kind(path: str) -> str:
                       "folders of images", "pass --input=<an existing file or folder of those>")
 
 
+def _make_output_dir(out: str) -> None:
+    """Creates --output_dir; a path that is (or lies under) a regular file is bad input."""
+    try:
+        os.makedirs(out, exist_ok=True)  # exist_ok still refuses an existing file
+    except OSError as err:
+        state = "a regular file" if os.path.isfile(out) else \
+            f"a path that cannot be created: {err.strerror or err}"
+        raise usage_error("--output_dir", f"{out} ({state})", "a directory, new or existing",
+                          "pass --output_dir=<a directory path>") from None
+
+
 def _prepare_output(opts: ConvertOptions) -> None:
+    _make_output_dir(opts.output_dir)
     path = os.path.join(opts.output_dir, schema_lib.METADATA)
     if os.path.exists(path):
         if not opts.overwrite:
@@ -249,7 +261,6 @@ def _prepare_output(opts: ConvertOptions) -> None:
             for name in split.files:
                 target = os.path.join(opts.output_dir, name)
                 shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
-    os.makedirs(opts.output_dir, exist_ok=True)
 
 
 def convert(opts: ConvertOptions) -> schema_lib.Metadata:
