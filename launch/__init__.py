@@ -10,8 +10,10 @@ runs on login nodes and `python -m launch --help` is instant.
     tfconfig.py      TF_CONFIG for MultiWorkerMirroredStrategy workers
     spec.py          a launch request -> LaunchPlan (processes, argv, env additions)
     sbatch.py        sbatch scripts from slurm/*.sh.tmpl
+    ports.py         port bases below the ephemeral range; who holds a port
     cli.py           argparse for `python -m launch`
     __main__.py      the one place that starts processes
+    guard.py         stops the children's process groups if the launcher is SIGKILLed
 """
 from launch.errors import LaunchError
 from launch.hostfile import (Host, format_horovodrun_hosts, format_openmpi_hostfile,

@@ -3,6 +3,11 @@
 Everything before execute() is validation and planning (launch/cli.py, spec.py,
 plan.py); if any of it fails, the user sees one line on stderr, exit code 2, and
 nothing has been started. Processes are started from argv lists, never via a shell.
+
+Children die with the launcher: each leads its own session (its tree can be signalled
+as a group) and gets SIGTERM from the kernel when the launcher dies (PR_SET_PDEATHSIG);
+a guard process (launch/guard.py) stops their groups, SIGKILL after a grace, when the
+launcher is SIGKILLed and cannot.
 """
 import os
 import shutil
@@ -16,6 +21,7 @@ from launch.errors import LaunchError, launch_error
 
 STOP_GRACE_S = 10.0   # after SIGTERM, how long children get to exit before SIGKILL
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class _Stop(Exception):
@@ -32,7 +38,8 @@ def _exit_code(returncode: int) -> int:
 
 
 def _stop(children: list[subprocess.Popen]) -> None:
-    """SIGTERM every live child we started, then SIGKILL those still alive."""
+    """SIGTERM every live child we started (each stops its own tree in order), then
+    SIGKILL the process group of those still alive: their children too."""
     for child in children:
         if child.poll() is None:
             child.terminate()
@@ -41,11 +48,78 @@ def _stop(children: list[subprocess.Popen]) -> None:
         try:
             child.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            child.kill()
+            _kill_group(child.pid)
             child.wait()
 
 
-def _wait_all(children: list[subprocess.Popen]) -> int:
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass  # ended meanwhile
+
+
+def _die_with_me():
+    """A preexec_fn that makes the child get SIGTERM when this process dies, however it
+    dies (Linux prctl PR_SET_PDEATHSIG); None where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: no dlopen between fork and exec
+    parent = os.getpid()
+
+    def preexec():
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGTERM)  # the launcher died before prctl took effect
+    return preexec
+
+
+class _Guard:
+    """launch/guard.py in a session of its own: it outlives a SIGKILLed launcher and
+    stops the process groups it was told about (see that module)."""
+
+    def __init__(self):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "launch.guard"],
+                                         stdin=subprocess.PIPE, text=True,
+                                         env={**os.environ, "PYTHONPATH": path},
+                                         start_new_session=True, stdout=subprocess.DEVNULL)
+        except OSError:
+            self.proc = None  # the children's PDEATHSIG still covers them
+
+    def tell(self, line: str) -> None:
+        try:
+            if self.proc is not None:
+                self.proc.stdin.write(line + "\n")
+                self.proc.stdin.flush()
+        except OSError:
+            self.proc = None  # the guard is gone; nothing to tell
+
+    def release(self) -> None:
+        """Every child has ended: the guard exits without touching anything."""
+        self.tell("done")
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+
+def _start(process, guard: _Guard, preexec) -> subprocess.Popen:
+    """One child, leader of its own session and process group (so its whole tree can be
+    signalled, and a Ctrl-C reaches the launcher, which stops it in order)."""
+    env = {**os.environ, **process.env_dict()}
+    child = subprocess.Popen(list(process.argv), env=env, start_new_session=True,
+                             preexec_fn=preexec)
+    guard.tell(f"group {child.pid}")
+    return child
+
+
+def _wait_all(children: list[subprocess.Popen], guard: _Guard) -> int:
     """0 when all succeed; on the first failure, stop the rest (they would hang in a
     collective waiting for the dead peer) and return its code."""
     running = list(children)
@@ -55,6 +129,7 @@ def _wait_all(children: list[subprocess.Popen]) -> int:
             if code is None:
                 continue
             running.remove(child)
+            guard.tell(f"exited {child.pid}")
             if code != 0:
                 _stop(running)
                 return _exit_code(code)
@@ -79,11 +154,11 @@ def execute(plan) -> int:
         raise _Stop(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    guard, preexec = _Guard(), _die_with_me()
     try:
         for process in plan.processes:
-            env = {**os.environ, **process.env_dict()}
-            children.append(subprocess.Popen(list(process.argv), env=env))
-        return _wait_all(children)
+            children.append(_start(process, guard, preexec))
+        return _wait_all(children, guard)
     except OSError as err:
         _stop(children)
         raise launch_error("launcher", plan.processes[len(children)].argv[0],
@@ -96,6 +171,7 @@ def execute(plan) -> int:
         _stop(children)
         return 130
     finally:
+        guard.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -126,3 +126,51 @@ def wait_for_path(path, timeout: float = 300, proc=None):
                                  f"{proc.stdout.read()[-4000:]}")
         assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
         time.sleep(0.1)
+
+
+def _stat(pid) -> tuple[str, int, int] | None:
+    """(state, ppid, start time) of a process from /proc/PID/stat, None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # the name may hold spaces
+    except OSError:
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def process_tree(root: int) -> dict[int, int]:
+    """{pid: start time} of `root` and all its descendants now (by parent pid, so
+    processes that left root's session or group are included)."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        stat = _stat(pid)
+        if stat:
+            parents[int(pid)] = stat
+    tree, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        if pid in parents and pid not in tree:
+            tree[pid] = parents[pid][2]
+            frontier += [child for child, (_, ppid, _) in parents.items() if ppid == pid]
+    return tree
+
+
+def still_running(tree: dict[int, int]) -> list[int]:
+    """The pids of `tree` still running: same start time (no reused pid), not a zombie
+    (an orphan's zombie waits for init to reap it; it runs nothing)."""
+    running = []
+    for pid, started in tree.items():
+        stat = _stat(pid)
+        if stat and stat[2] == started and stat[0] != "Z":
+            running.append(pid)
+    return running
+
+
+def kill_tree(tree: dict[int, int]) -> None:
+    """SIGKILL whatever of `tree` still runs (test clean-up), by pid."""
+    import signal
+    for pid in still_running(tree):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

@@ -2,6 +2,11 @@
 duplicate TF_CONFIG addresses, port bases outside the ephemeral range, a bind that
 waits out a transient holder and names a lasting one."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -145,3 +150,70 @@ def test_lasting_holder_is_named_by_pid_when_the_time_is_up():
     assert 1.4 < time.monotonic() - start < 10
     assert f"cluster.worker[1]: port {port} of localhost:{port} is in use" in message
     assert f"held by pid {os.getpid()}" in message and "\n" not in message
+
+
+# --------------------------------------------------------------- item 6: the tree dies
+
+# dash runs `sleep` as a child rather than exec'ing it (the '; true' makes sure): the shape
+# of horovodrun --mpi, whose /bin/sh leaves mpirun as a grandchild in its process group.
+SHELL_AND_GRANDCHILD = ["sh", "-c", "sleep 600; true"]
+IGNORES_SIGTERM = [sys.executable, "-c", "import signal, time; "
+                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+
+
+def wait_for_tree(root: int, size: int, timeout: float = 20) -> dict[int, int]:
+    from ranks import process_tree
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tree = process_tree(root)
+        if len(tree) >= size:
+            time.sleep(0.3)  # children finish their exec
+            return process_tree(root)
+        time.sleep(0.1)
+    raise AssertionError(f"the launcher's tree never reached {size} processes: {tree}")
+
+
+@pytest.mark.parametrize("command, size", [(SHELL_AND_GRANDCHILD, 5), (IGNORES_SIGTERM, 3)],
+                         ids=["shell-and-grandchild", "ignores-sigterm"])
+def test_sigkilled_launcher_takes_its_whole_tree_with_it(command, size):
+    """Item 6: every child and grandchild of `python -m launch run` kept running."""
+    from conftest import ROOT, child_env
+    from ranks import kill_tree, still_running
+    launcher = subprocess.Popen([sys.executable, "-m", "launch", "run", "--backend", "mwms",
+                                 "-H", "localhost:2", "--", *command], cwd=ROOT,
+                                env=child_env(), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tree = wait_for_tree(launcher.pid, size)  # launcher, 2 workers (+ 2 sleeps)
+    try:
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while still_running(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = still_running(tree)
+        assert not left, f"still running 10 s after the launcher's SIGKILL: {left} of {tree}"
+    finally:
+        kill_tree(tree)
+
+
+def test_guard_reads_its_orders_until_done_or_eof():
+    from launch import guard
+    assert guard.read_orders(["group 10\n", "group 11\n", "exited 10\n"]) == ({11}, False)
+    assert guard.read_orders(["group 10\n", "done\n", "group 12\n"]) == ({10}, True)
+    assert guard.read_orders(["junk\n", "group x\n"]) == (set(), False)
+
+
+def test_guard_sweep_terms_then_kills_only_what_is_left(monkeypatch):
+    from launch import guard
+    sent = []
+    monkeypatch.setattr(guard.os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    now = [0.0]
+    members = {1: [1], 2: [2, 3], 3: []}  # group 3 has already ended
+
+    def sleep(seconds):
+        now[0] += seconds
+        members[1] = []  # group 1 obeys SIGTERM; group 2 ignores it
+    killed = guard.sweep([1, 2, 3], grace_s=1.0, members=lambda g: members[g],
+                         clock=lambda: now[0], sleep=sleep)
+    assert killed == {2}
+    assert sorted(sent) == [(1, signal.SIGTERM), (2, signal.SIGKILL), (2, signal.SIGTERM)]
