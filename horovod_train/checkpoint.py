@@ -13,6 +13,8 @@ a deleted one is renamed aside first, so an interrupted prune never leaves a
 half-deleted `ckpt-*`. One job writes a directory: the chief holds an flock on
 `.writer.lock` for the whole run, and a second job is refused naming the first.
 """
+import atexit
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -179,8 +181,9 @@ def _remove(path: str):
 
 
 # The locks this process holds: flock conflicts between two open files even in one
-# process, so a second Checkpointer on the same directory shares the first's lock.
-_HELD: dict[str, list] = {}
+# process, so a second Checkpointer on the same directory shares the first's lock
+# (and the first release ends it: one run at a time per process is the normal case).
+_HELD: dict[str, object] = {}
 
 
 def acquire_writer_lock(directory: str) -> str:
@@ -189,22 +192,31 @@ def acquire_writer_lock(directory: str) -> str:
     Raises UsageError naming the holder when another process writes there."""
     key = os.path.realpath(directory)
     if key not in _HELD:
-        _HELD[key] = [_lock(directory), 0]
-    _HELD[key][1] += 1
+        if not _HELD:
+            atexit.register(lambda: [release_writer_lock(k) for k in list(_HELD)])
+        _HELD[key] = _lock(directory)
     return key
 
 
 def release_writer_lock(key: str | None):
-    entry = _HELD.get(key)
-    if entry is not None and entry[1] <= 1:
-        del _HELD[key]
-        if entry[0] is not None:
-            entry[0].close()  # closing the file drops the flock
-    elif entry is not None:
-        entry[1] -= 1
+    handle = _HELD.pop(key, None)
+    if handle is not None:
+        # Unlinked while still held, so a process that opens the name next finds a new
+        # file; one that opened the old file first sees its inode gone and retries.
+        with contextlib.suppress(OSError):
+            if _same_file(handle):
+                os.unlink(handle.name)
+        handle.close()  # closing the file drops the flock
 
 
-def _lock(directory: str):
+def _same_file(handle) -> bool:
+    try:
+        return os.stat(handle.name).st_ino == os.fstat(handle.fileno()).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _lock(directory: str, tries: int = 5):
     try:
         os.makedirs(directory, exist_ok=True)
         # "a+": opening must not truncate, or it would erase the holder's identity.
@@ -222,6 +234,9 @@ def _lock(directory: str):
         logging.warning("checkpoint | cannot lock %s (%s): a second job writing there would "
                         "not be detected", directory, err.strerror)
         return None
+    if not _same_file(handle) and tries > 1:  # its holder released (and unlinked) it meanwhile
+        handle.close()
+        return _lock(directory, tries - 1)
     handle.truncate(0)  # "a+" writes at the end, which is now 0
     handle.write(json.dumps(_identity()))
     handle.flush()

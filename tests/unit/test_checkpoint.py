@@ -300,12 +300,18 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
     checkpoint.release_writer_lock(handle)
 
 
-def test_the_lock_is_released_on_close(tmp_path):
+def test_the_lock_is_released_on_close_and_at_exit(tmp_path):
     handle = checkpoint.acquire_writer_lock(str(tmp_path))
     checkpoint.release_writer_lock(handle)
+    assert os.listdir(tmp_path) == []  # a finished run leaves its directory as it found it
     holder = _hold_lock(tmp_path)  # another process can take it now
     holder.kill()
     holder.wait()
+    assert os.listdir(tmp_path) == [checkpoint.LOCK_NAME]  # killed: stale, and harmless
+    subprocess.run([sys.executable, "-c", "import sys; from horovod_train import checkpoint; "
+                    "checkpoint.acquire_writer_lock(sys.argv[1])", str(tmp_path)],
+                   cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    assert os.listdir(tmp_path) == []  # an exit without close releases it too
 
 
 def test_a_vanished_temp_dir_is_not_called_a_full_disk(tmp_path, monkeypatch):
