@@ -12,6 +12,7 @@ It is a thread, not a signal alarm, because the main thread is blocked inside a
 C++ collective that does not return to Python to handle a signal.
 """
 import os
+import re
 import sys
 import threading
 import time
@@ -19,6 +20,11 @@ import time
 from absl import logging
 
 EXIT_PEER_LOST = 75  # EX_TEMPFAIL: relaunching with the same flags resumes the run
+# How long a rank that saw its peer vanish waits before exiting 75. The peer may have
+# failed on its own (an exception, bad data: exit 1 or 2); horovodrun and mpirun end
+# the job with the FIRST failing process's code, and that must be the peer's, or a
+# supervisor following the exit-code contract retries a deterministic failure forever.
+PEER_LOST_SETTLE_S = 3.0
 
 
 class StepWatchdog:
@@ -89,8 +95,16 @@ _HOROVOD_ERRORS = ("UnknownError", "InternalError", "FailedPreconditionError",
                    "HorovodInternalError", "CancelledError")
 
 
-def describe_peer_loss(err: BaseException) -> str | None:
-    """A one-line account of `err` if it says a peer rank was lost, else None."""
+def settle_before_peer_lost_exit(seconds: float = PEER_LOST_SETTLE_S):
+    """Gives a failing peer's own exit code the time to reach the launcher first."""
+    time.sleep(seconds)
+
+
+def describe_peer_loss(err: BaseException, own_rank: int | None = None) -> str | None:
+    """A one-line account of `err` if it says a peer rank was lost, else None.
+
+    `own_rank` is left out of the "lost:" list: MWMS errors name this rank's own task
+    too (its devices appear in the failed op's placement)."""
     kind = type(err).__name__
     text = str(getattr(err, "message", None) or err)
     lines = _message_lines(text)
@@ -100,7 +114,7 @@ def describe_peer_loss(err: BaseException) -> str | None:
     if kind not in _PEER_ERRORS and not (kind in _HOROVOD_ERRORS and collective):
         return None
     detail = lines[0] if lines else kind
-    tasks = sorted(set(_task_names(text)))
+    tasks = _task_names(text, own_rank)
     lost = f" (lost: {', '.join(tasks)})" if tasks else ""
     return (f"a peer rank was lost{lost}: {kind}: {detail[:300]}. Relaunch with the same "
             f"flags to resume from the newest checkpoint in --checkpoint_dir")
@@ -117,6 +131,12 @@ def _message_lines(text: str) -> list[str]:
     return [line for line in lines if line and not line.startswith(_CONTEXT_PREFIXES)]
 
 
-def _task_names(text: str):
-    import re
-    return re.findall(r"/job:\w+/(?:replica:\d+/)?task:\d+", text)
+_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def _task_names(text: str, own_rank: int | None = None) -> list[str]:
+    """The tasks an error names, one spelling each, without this rank's own worker
+    task (MWMS's errors name it too: the failed op ran on its devices)."""
+    tasks = {(job, int(index)) for job, index in _TASK.findall(text)}
+    tasks.discard(("worker", own_rank))
+    return [f"/job:{job}/task:{index}" for job, index in sorted(tasks)]

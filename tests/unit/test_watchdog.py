@@ -70,8 +70,19 @@ def test_peer_loss_is_recognised_and_names_the_lost_task():
                            "The following tasks are unhealthy (stopped sending heartbeats):\n"
                            "/job:worker/replica:0/task:1\nmore graph context")
     line = describe_peer_loss(err)
-    assert "lost: /job:worker/replica:0/task:1, /job:worker/task:1" in line
+    assert "(lost: /job:worker/task:1)" in line  # one task, however TF spells it
     assert "\n" not in line and "resume" in line
+
+
+def test_the_survivor_is_not_named_among_the_lost():
+    """Issue 17: MWMS's error names this rank's own task too (the op's devices)."""
+    err = UnavailableError("Collective ops is aborted by: Error reported from "
+                           "/job:worker/replica:0/task:0/device:CPU:0 while waiting for "
+                           "/job:worker/replica:0/task:1: connection reset; also task:10 is "
+                           "/job:worker/replica:0/task:10")
+    line = describe_peer_loss(err, own_rank=0)
+    assert "(lost: /job:worker/task:1, /job:worker/task:10)" in line
+    assert "(lost: /job:worker/task:0" not in line and "task:0," not in line
 
 
 def test_other_errors_are_not_called_peer_loss():
