@@ -105,13 +105,13 @@ def _train_step(model_name: str, input_shape, num_classes: int):
     optimizer = keras.optimizers.SGD(0.01)
     optimizer.build(model.trainable_variables)
     train = TrainStep(model, optimizer, backend)
-    no_fault = tf.constant(False)
+    no_fault = (tf.constant(False), tf.constant(0.0))  # no poison, no stop vote
 
     def fed(iterator):
-        (loss, _), waited = backend.run_step_fed(train.fused, iterator, no_fault)
+        (loss, _, _), waited = backend.run_step_fed(train.fused, iterator, *no_fault)
         float(loss)  # the step is done
         return float(waited)
-    return (lambda x, y: float(train.fused(x, y, no_fault)[0])), fed
+    return (lambda x, y: float(train.fused(x, y, *no_fault)[0])), fed
 
 
 def _accelerator(seconds_per_batch: float):

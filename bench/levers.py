@@ -59,11 +59,11 @@ backend = LocalBackend(); backend.setup()
 opt = keras.optimizers.SGD(0.01); opt.build(model.trainable_variables)
 step = TrainStep(model, opt, backend)
 x = np.random.default_rng(0).integers(0, 256, (8, 256)).astype(np.int32)
-no = tf.constant(False)
-step.fused.get_concrete_function(x, x, no)  # trace first: graph building is not activations
+no = (tf.constant(False), tf.constant(0.0))  # no poison, no stop vote
+step.fused.get_concrete_function(x, x, *no)  # trace first: graph building is not activations
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for _ in range(3):
-    step.fused(x, x, no)
+    step.fused(x, x, *no)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"before_mb": before / 1024, "peak_mb": peak / 1024}))
 """

@@ -72,7 +72,7 @@ def _step(model_name, shape, jit):
 def _block(step, x, y, no, steps) -> float:
     start = time.perf_counter()
     for _ in range(steps):
-        loss, _ = step.fused(x, y, no)
+        loss, _, _ = step.fused(x, y, *no)
     float(loss)  # waits for the last step
     return (time.perf_counter() - start) / steps
 
@@ -86,7 +86,7 @@ def worker(settings: dict):
         steps[True].model.set_weights(steps[False].model.get_weights())
         x = tf.random.stateless_uniform([batch, *shape], seed=[1, 2])
         y = tf.random.stateless_uniform([batch], seed=[3, 4], maxval=10, dtype=tf.int32)
-        no = tf.constant(False)
+        no = (tf.constant(False), tf.constant(0.0))  # no poison, no stop vote
         first = {jit: _block(step, x, y, no, 1) for jit, step in steps.items()}
         times = {False: [], True: []}
         for _ in range(settings["rounds"]):

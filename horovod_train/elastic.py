@@ -125,6 +125,9 @@ class ElasticLoop:
         batch_iter = t._batches(self.epochs, progress["epoch"] * t.per_epoch + in_epoch)
         while not self._done(progress):
             t._one_step(batch_iter)  # advances t.global_step, which is progress["step"]
+            if t.stop_agreed:  # SIGTERM somewhere: in-memory commits do not outlive us
+                from horovod_train.stopping import StopRequested
+                raise StopRequested(t.global_step, saved=False)
             progress["step"] += 1
             progress["epoch_examples"] += per_step
             in_epoch += 1

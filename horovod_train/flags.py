@@ -93,6 +93,9 @@ def define_flags():
     f.DEFINE_float("collective_timeout_s", _D.runtime.collective_timeout_s,
                    "Seconds a rank waits for its peers (a step, an evaluation, the chief's "
                    "checkpoint write) before it ends the run instead of hanging (exit 75).")
+    f.DEFINE_float("stop_grace_s", _D.runtime.stop_grace_s,
+                   "On SIGTERM every rank stops at the next step boundary and the chief writes a "
+                   "checkpoint (exit 143); after this many seconds without one, the rank ends anyway.")
     f.DEFINE_boolean("elastic", _D.runtime.elastic,
                      "horovod: elastic training under horovodrun --min-np/--max-np "
                      "--host-discovery-script; ranks may leave and join.")
@@ -151,6 +154,7 @@ def config_from_flags(fv) -> cfg.RunConfig:
                                   deterministic=fv.deterministic,
                                   collective=fv.collective,
                                   collective_timeout_s=fv.collective_timeout_s,
+                                  stop_grace_s=fv.stop_grace_s,
                                   mwms_port_base=fv.mwms_port_base,
                                   fusion_threshold_mb=fv.fusion_threshold_mb,
                                   cycle_time_ms=fv.cycle_time_ms,

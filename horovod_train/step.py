@@ -6,6 +6,8 @@ Order matters for correctness across ranks:
   2. ONE allreduce of the accumulated, still-scaled gradients;
   3. unscale, check finiteness (on reduced values, so every rank takes the same verdict);
   4. apply, or skip the step on every rank together; the loss scale adapts.
+Each rank's stop vote (SIGTERM, stopping.py) rides in the same allreduce as one more
+scalar, so every rank learns at the same step that some rank must stop.
 
 Two compiled forms compute the same update:
   - `fused`: one tf.function per step - used on almost every step, with the batch
@@ -103,18 +105,25 @@ class TrainStep:
         tf.cond(finite, apply, tf.no_op)
         return tf.cast(finite, tf.float32)
 
-    def _reduce(self, grads):
-        return self.backend.run_replica(self.backend.allreduce_gradients, grads)
+    def _reduce_with_vote(self, grads, stop_vote):
+        """(reduced gradients, whether any rank voted to stop): the vote is one more
+        scalar in the gradients' own grouped allreduce, not a collective of its own."""
+        reduced = self.backend.allreduce_gradients(list(grads) + [tf.reshape(stop_vote, [1])])
+        return reduced[:-1], reduced[-1][0] > 0
 
-    def _reduced_grads(self, x, y, poison):
+    def _reduce(self, grads, stop_vote):
+        return self.backend.run_replica(self._reduce_with_vote, grads, stop_vote)
+
+    def _reduced_grads(self, x, y, poison, stop_vote):
         loss, grads = self._grads_fn(x, y, poison)
-        return loss, self.backend.allreduce_gradients(grads)
+        return (loss, *self._reduce_with_vote(grads, stop_vote))
 
-    def _fused(self, x, y, poison):
+    def _fused(self, x, y, poison, stop_vote):
+        """(loss, finite, stop): stop is True on every rank when any rank voted."""
         # Gradients and their reduction in this rank's replica (mwms: strategy.run);
         # the update outside it, where the Keras optimizer sends nothing more.
-        loss, grads = self.backend.run_replica(self._reduced_grads, x, y, poison)
-        return loss, self._apply_fn(grads)
+        loss, grads, stop = self.backend.run_replica(self._reduced_grads, x, y, poison, stop_vote)
+        return loss, self._apply_fn(grads), stop
 
     def poison(self, step: int, rank: int):
         """The fault-injection switch for this step, as a tensor (no retracing)."""
@@ -122,22 +131,28 @@ class TrainStep:
             tuple(self.options.inject_nonfinite) == (step, rank)
         return tf.constant(hit)
 
-    def timed(self, x, y, poison):
-        """Runs one step in three parts; returns (loss, finite, {part: seconds})."""
+    @staticmethod
+    def stop_vote(requested: bool):
+        """This rank's stop vote for the next step, as a tensor (no retracing)."""
+        return tf.constant(1.0 if requested else 0.0)
+
+    def timed(self, x, y, poison, stop_vote):
+        """Runs one step in three parts; returns (loss, finite, stop, {part: seconds})."""
         t0 = time.perf_counter()
         loss, grads = self._grads_fn(x, y, poison)
         loss = float(loss)  # waits for the backward pass
         t1 = time.perf_counter()
-        grads = self._comm_fn(grads)
-        _ = grads[-1].numpy()  # waits for the allreduce
+        grads, stop = self._comm_fn(grads, stop_vote)
+        stop = bool(stop)  # waits for the allreduce
         t2 = time.perf_counter()
         finite = float(self._apply_fn(grads))
         t3 = time.perf_counter()
-        return loss, finite, {"compute": t1 - t0, "comm": t2 - t1, "optimizer": t3 - t2}
+        return loss, finite, stop, {"compute": t1 - t0, "comm": t2 - t1, "optimizer": t3 - t2}
 
     def graph_def(self, x, y):
         """The GraphDef of one fused step; x and y may be tensors or their TensorSpecs."""
-        return self.backend.step_graph_def(self.fused, x, y, tf.constant(False))
+        return self.backend.step_graph_def(self.fused, x, y, tf.constant(False),
+                                           self.stop_vote(False))
 
     def collective_ops_per_step(self, x, y) -> int:
         """Collective ops in one fused step's graph, nested functions (loop bodies,

@@ -75,5 +75,5 @@ def test_horovod_compression_halves_bytes_and_converges(tmp_path, compression):
 
 def test_mwms_fp16_compression_halves_bytes(tmp_path):
     summary, _ = run_workers(SHORT + ["--backend=mwms", "--compression=fp16"], tmp_path)
-    assert summary["wire_bytes_per_step"] == 151306 * 2  # digits_cnn parameters x 2 bytes
+    assert summary["wire_bytes_per_step"] == (151306 + 1) * 2  # digits_cnn parameters + the stop vote, x 2 bytes
     assert_ranks_identical(summary, tmp_path, 2)

@@ -17,6 +17,7 @@ from horovod_train.step import (XLA_MUST_COMPILE, StepOptions, TrainStep,  # noq
 from collective_probe import OP_TYPES, RingOfOne  # noqa: E402
 
 NO = tf.constant(False)
+NO_STOP = tf.constant(0.0)  # no rank voted to stop (stopping.py)
 XLA = StepOptions(jit_compile=True)
 
 
@@ -49,8 +50,8 @@ def _assert_same_weights(model_a, model_b, rtol=1e-6, atol=1e-7):
 def test_fused_and_timed_steps_make_the_same_update(options):
     step_a, model_a, x, y = _setup(options=options)
     step_b, model_b, _, _ = _setup(options=options)
-    loss_a, finite_a = step_a.fused(x, y, NO)
-    loss_b, finite_b, parts = step_b.timed(x, y, NO)
+    loss_a, finite_a, _ = step_a.fused(x, y, NO, NO_STOP)
+    loss_b, finite_b, _, parts = step_b.timed(x, y, NO, NO_STOP)
     assert float(loss_a) == pytest.approx(loss_b, rel=1e-6) and float(finite_a) == finite_b == 1.0
     assert set(parts) == {"compute", "comm", "optimizer"} and all(v >= 0 for v in parts.values())
     _assert_same_weights(model_a, model_b)
@@ -65,8 +66,8 @@ def test_k_micro_batches_equal_one_batch_of_k_times_b(k, jit):
     accum, model_b, _, _ = _setup(options=StepOptions(accum_steps=k, jit_compile=jit),
                                   batch=8 * k)
     for _ in range(3):
-        loss_a, _ = plain.fused(x, y, NO)
-        loss_b, _ = accum.fused(x, y, NO)
+        loss_a, _, _ = plain.fused(x, y, NO, NO_STOP)
+        loss_b, _, _ = accum.fused(x, y, NO, NO_STOP)
         assert float(loss_a) == pytest.approx(float(loss_b), rel=1e-5)
     _assert_same_weights(model_a, model_b, rtol=1e-5, atol=1e-6)
     moved = max(float(np.max(np.abs(np.asarray(w)))) for w in model_b.weights)
@@ -77,12 +78,12 @@ def _check_poisoned_step_is_skipped(options):
     step, model, x, y = _setup(options=options)
     before = [np.asarray(w).copy() for w in model.weights]
     scale = float(step.loss_scale.scale.numpy())
-    _, finite = step.fused(x, y, step.poison(1, 0))
+    _, finite, _ = step.fused(x, y, step.poison(1, 0), NO_STOP)
     assert float(finite) == 0.0
     assert float(step.loss_scale.scale.numpy()) == scale / 2
     for b, w in zip(before, model.weights):
         np.testing.assert_array_equal(b, np.asarray(w))  # skipped: nothing moved
-    _, finite = step.fused(x, y, step.poison(2, 0))
+    _, finite, _ = step.fused(x, y, step.poison(2, 0), NO_STOP)
     assert float(finite) == 1.0
     assert any(not np.array_equal(b, np.asarray(w)) for b, w in zip(before, model.weights))
 
@@ -100,8 +101,8 @@ def test_xla_and_plain_steps_make_the_same_update():
     plain, model_a, x, y = _setup()
     xla, model_b, _, _ = _setup(options=XLA)
     for _ in range(3):
-        loss_a, _ = plain.fused(x, y, NO)
-        loss_b, _ = xla.fused(x, y, NO)
+        loss_a, _, _ = plain.fused(x, y, NO, NO_STOP)
+        loss_b, _, _ = xla.fused(x, y, NO, NO_STOP)
         assert float(loss_a) == pytest.approx(float(loss_b), rel=1e-5)
     _assert_same_weights(model_a, model_b, rtol=1e-5, atol=1e-6)
 
@@ -119,11 +120,11 @@ def test_collectives_stay_outside_the_xla_functions(k):
               if XLA_MUST_COMPILE in f.attr and f.attr[XLA_MUST_COMPILE].b]
     assert len(marked) == 2  # the gradients and the update
     assert (k > 1) == any(name.startswith("while_body") for name in compiled)  # the k loop
-    n = len(model.trainable_variables)
+    n = len(model.trainable_variables) + 1  # one per gradient, and the stop vote
     assert xla_collectives(graph, OP_TYPES) == (n, 0)
     assert step.graph_facts(x, y) == {"collective_ops_per_step": n, "collective_ops_in_xla": 0,
                                       "xla_compiled_functions": len(compiled)}
-    loss, finite = step.fused(x, y, NO)
+    loss, finite, _ = step.fused(x, y, NO, NO_STOP)
     assert float(finite) == 1.0 and np.isfinite(float(loss))
 
 
@@ -138,9 +139,10 @@ def test_the_graph_check_sees_an_allreduce_moved_inside_xla():
     _, model, x, y = _setup()
     step = ReducesInsideXla(model, keras.optimizers.SGD(0.1), RingOfOne(), XLA)
     n = len(model.trainable_variables)
-    assert xla_collectives(step.graph_def(x, y), OP_TYPES) == (n, n)
+    # n inside XLA, and outside only the stop vote's own reduction
+    assert xla_collectives(step.graph_def(x, y), OP_TYPES) == (n + 1, n)
     with pytest.raises(tf.errors.UnimplementedError, match="Collectives are not yet implemented"):
-        step.fused(x, y, NO)
+        step.fused(x, y, NO, NO_STOP)
 
 
 def test_loss_scale_grows_after_interval_and_never_drops_below_one():
@@ -156,9 +158,9 @@ def test_loss_scale_grows_after_interval_and_never_drops_below_one():
 
 def test_steps_on_one_batch_drive_its_loss_down():
     step, _, x, y = _setup()
-    first = float(step.fused(x, y, NO)[0])
+    first = float(step.fused(x, y, NO, NO_STOP)[0])
     for _ in range(150):
-        last = float(step.fused(x, y, NO)[0])
+        last = float(step.fused(x, y, NO, NO_STOP)[0])
     assert last < 0.5 * first
 
 
