@@ -32,30 +32,78 @@ def main(argv):
         _fail(f"unexpected arguments {argv[1:]!r}; flags look like --name=value")
     try:
         config = ht_flags.config_from_flags(FLAGS)
-        from horovod_train import loop  # imports TensorFlow: only after validation
-        loop.run(config)
     except UsageError as err:
         _fail(str(err))
-    except Exception as err:  # noqa: BLE001 - re-raised unless it is one we explain
-        _explain_or_raise(err)
+    _check_outputs(config)
+    try:
+        from horovod_train import loop  # imports TensorFlow: only after validation
+        loop.run(config)
+    except BaseException as err:  # noqa: BLE001 - every way out of a run is decided here
+        _end_run(err, config.data.data_dir)
 
 
-def _explain_or_raise(err: Exception):
-    """A run that cannot go on gets one line and a distinct exit code, no traceback:
-    3 = diverged (change flags), 75 = a peer rank was lost (relaunch to resume)."""
-    from horovod_train import watchdog
-    from horovod_train.loop import TrainingDiverged
-    if isinstance(err, TrainingDiverged):
-        print(f"horovod_train: stopped: {err}", file=sys.stderr)
-        sys.exit(3)
-    lost = watchdog.describe_peer_loss(err)
-    if lost is None:
-        raise err
-    print(f"horovod_train: stopped: {lost}", file=sys.stderr, flush=True)
+def _check_outputs(config):
+    """The chief's output paths, before any rank joins a collective: a typo in
+    --checkpoint_dir fails now, not at the first save an hour in."""
+    from horovod_train import env, outputs
+    try:
+        if env.launch_info().rank == 0:
+            outputs.check_writable(config)
+    except UsageError as err:
+        _fail(str(err))
+
+
+def _launch_rank() -> int | None:
+    from horovod_train import env
+    try:
+        return env.launch_info().rank
+    except UsageError:
+        return None
+
+
+def _leave(code: int, message: str | None = None, traceback_of: BaseException | None = None):
+    """Ends the process now, skipping interpreter teardown.
+
+    Teardown runs Horovod's and TF's shutdown, which tells the peers first; they would
+    then exit 75 ("a peer was lost, relaunch") before this rank's own code reached the
+    launcher, and a supervisor would retry a deterministic failure forever. os._exit
+    also avoids teardown hangs after a broken collective."""
+    if traceback_of is not None:
+        import traceback
+        traceback.print_exception(traceback_of, file=sys.stderr)
+    if message:
+        print(f"horovod_train: {message}", file=sys.stderr)
     sys.stdout.flush()
-    # os._exit, not sys.exit: interpreter teardown after a broken collective can hang
-    # in TF's runtime or print tracebacks from half-closed pools; there is nothing to save.
-    os._exit(watchdog.EXIT_PEER_LOST)
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _end_run(err: BaseException, data_dir: str | None):
+    """One line and a distinct exit code per way a run ends early (README, exit codes):
+    2 bad input or data, 3 diverged, 75 a peer was lost, 143 stopped on SIGTERM,
+    1 anything else (with its traceback: that is a bug to report)."""
+    from horovod_train import stopping, watchdog
+    from horovod_train.loop import TrainingDiverged
+    if isinstance(err, SystemExit):
+        _leave(err.code if isinstance(err.code, int) else 1)
+    if isinstance(err, UsageError):
+        _leave(2, f"error: {err}")
+    if isinstance(err, stopping.StopRequested):
+        _leave(stopping.EXIT_STOPPED, f"stopped: {err}")
+    if isinstance(err, TrainingDiverged):
+        _leave(3, f"stopped: {err}")
+    from horovod_train.data.errors import describe_data_error
+    damaged = describe_data_error(err, data_dir)
+    if damaged is not None:
+        _leave(2, f"error: {damaged}")
+    lost = watchdog.describe_peer_loss(err, _launch_rank())
+    if lost is not None:
+        # Another rank may have failed on its own; its launcher-visible code must win.
+        watchdog.settle_before_peer_lost_exit()
+        _leave(watchdog.EXIT_PEER_LOST, f"stopped: {lost}")
+    if isinstance(err, KeyboardInterrupt):
+        _leave(130, "stopped: interrupted")
+    _leave(1, "error: the run failed with the exception above (exit 1)", traceback_of=err)
 
 
 def run_main():

@@ -11,7 +11,7 @@ import keras
 from absl import logging
 
 import models
-from horovod_train import backends, checkpoint, env, metrics, observe, runtime, watchdog
+from horovod_train import backends, checkpoint, env, metrics, observe, runtime, stopping, watchdog
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.data import pipeline, sharding
@@ -145,6 +145,10 @@ class _Trainer:
         # Bounds every wait on peers once training runs (see watchdog.py); started by run().
         self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
                                               backend.info.rank)
+        # SIGTERM becomes a stop vote carried by the next step (stopping.py).
+        self.sigterm = stopping.SigtermVote(config.runtime.stop_grace_s, backend.info.rank)
+        self.stop_agreed = False
+        self.already_complete = False  # restored at (or past) the last step
 
     def _batches(self, epochs: int, start_step: int = 0):
         """One iterator over every epoch's shard, concatenated.
@@ -173,26 +177,28 @@ class _Trainer:
         x, y = next(batch_iter)
         return x, y, time.perf_counter() - start
 
-    def _run(self, batch_iter, poison):
-        """One step on the next batch: (loss, finite, seconds waited for it, split)."""
+    def _run(self, batch_iter, controls):
+        """One step on the next batch: (loss, finite, stop, seconds waited for it, split)."""
         if self.instrument and self.backend.supports_split_step and \
                 sample_split(self.global_step + 1, self.config.train.log_every):
             x, y, waited = self._fetch(batch_iter)
-            loss, finite, parts = self.step.timed(x, y, poison)
-            return loss, finite, waited, parts
+            loss, finite, stop, parts = self.step.timed(x, y, *controls)
+            return loss, finite, stop, waited, parts
         if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
             x, y, waited = self._fetch(batch_iter)
-            return (*self.backend.run_step(self.step.fused, x, y, poison), waited, None)
+            return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None)
         # The batch is fetched inside the compiled step (feed.py).
-        outputs, waited = self.backend.run_step_fed(self.step.fused, batch_iter, poison)
+        outputs, waited = self.backend.run_step_fed(self.step.fused, batch_iter, *controls)
         return (*outputs, waited, None)
 
     def _one_step(self, batch_iter):
         self.observer.before_step(self.global_step + 1)
-        poison = self.step.poison(self.global_step + 1, self.backend.info.rank)
+        controls = (self.step.poison(self.global_step + 1, self.backend.info.rank),
+                    self.step.stop_vote(self.sigterm.requested))
         t0 = time.perf_counter()
-        loss, finite, waited, parts = self._run(batch_iter, poison)
+        loss, finite, stop, waited, parts = self._run(batch_iter, controls)
         loss, finite, waited = float(loss), float(finite), float(waited)
+        self.stop_agreed = bool(stop)
         t2 = time.perf_counter()
         tracing_split = False
         if parts is not None:
@@ -287,6 +293,10 @@ class _Trainer:
         if self.config.train.eval_at_start:
             self._evaluate("start")
         if self.global_step >= self.total:
+            self.already_complete = True
+            logging.info("checkpoint | the run was already complete at step %d of %d; "
+                         "nothing to train (the earlier summary is kept)", self.global_step,
+                         self.total)
             return self._evaluate("final")
         batch_iter = self._batches(epochs, self.global_step)
         self.meter = metrics.IntervalMeter()  # the clock starts with the first step
@@ -296,8 +306,11 @@ class _Trainer:
                 if self.global_step % self.config.train.log_every == 0 or \
                         self.global_step == self.total:
                     self._log_interval()
-                checkpointer.maybe_save(self.global_step, last=self.global_step == self.total)
+                checkpointer.maybe_save(self.global_step,
+                                        last=self.global_step == self.total or self.stop_agreed)
                 self.watchdog.beat(self.global_step)
+                if self.stop_agreed:  # every rank: the vote came back in the same step
+                    raise stopping.StopRequested(self.global_step, bool(checkpointer.directory))
             if self.global_step >= self.total:
                 break
             if every and (epoch + 1) % every == 0:
@@ -346,6 +359,20 @@ def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
         "wall_seconds": time.perf_counter() - wall_start,
         "config": config.to_dict(),
     }
+
+
+def _earlier_summary(path: str | None, now: dict) -> dict:
+    """A relaunch of a finished run trains nothing: its own loss and throughput would be
+    null and 0. Keep the earlier run's summary (marked), or say plainly there is none."""
+    import json
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (TypeError, OSError, ValueError):
+        earlier = None
+    if not isinstance(earlier, dict):
+        earlier = dict(now, final_loss=None, samples_per_sec=None, samples_per_sec_per_rank=None)
+    return dict(earlier, already_complete=True, test_accuracy=now["test_accuracy"])
 
 
 def _timeline_path(config, launch) -> str | None:
@@ -400,17 +427,24 @@ def run(config) -> dict:
                        jit_compile=jit)
     state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
     trainer.watchdog.start()
-    accuracy, facts = _train(config, trainer, state, data.num_train_examples)
+    trainer.sigterm.install()
+    try:
+        accuracy, facts = _train(config, trainer, state, data.num_train_examples)
+    finally:
+        trainer.sigterm.uninstall()
     summary = dict(_summary(config, backend, trainer, accuracy, wall_start, backend_name), **facts)
     trainer.watchdog.stop()
     info = backend.info  # an elastic ring may have re-formed with another chief
+    if trainer.already_complete:
+        summary = _earlier_summary(config.summary_path(), summary)
     observer.close(summary)
     if info.is_chief and config.summary_path():
         metrics.write_json_atomic(config.summary_path(), summary)
     if info.is_chief and config.export_weights:
         metrics.write_npz_atomic(config.export_weights, model.weights)
-    logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",
-                 summary["steps"], summary["final_loss"], accuracy, summary["samples_per_sec"],
-                 summary["wall_seconds"])
+    if not trainer.already_complete:
+        logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",
+                     summary["steps"], summary["final_loss"], accuracy,
+                     summary["samples_per_sec"], summary["wall_seconds"])
     backend.barrier()
     return summary
