@@ -323,8 +323,14 @@ def _train(config, trainer, state, num_examples) -> tuple[float, dict]:
     if config.runtime.elastic:
         from horovod_train import elastic  # imports horovod: only when asked for
         return elastic.train(trainer, state, num_examples, config.runtime.elastic_commit_every)
-    checkpointer = checkpoint.Checkpointer(config, trainer.backend, state, trainer.per_epoch)
-    return trainer.train(checkpointer), {}
+    checkpointer = checkpoint.Checkpointer(
+        config, trainer.backend, state, trainer.per_epoch,
+        data_facts={"input_shape": list(trainer.data.input_shape),
+                    "num_classes": trainer.data.num_classes})
+    try:
+        return trainer.train(checkpointer), {}
+    finally:
+        checkpointer.close()
 
 
 def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
