@@ -12,6 +12,13 @@ import tensorflow as tf
 POLICIES = {"fp32": "float32", "mixed_float16": "mixed_float16", "mixed_bfloat16": "mixed_bfloat16"}
 
 
+def uses_loss_scaling(policy: str) -> bool:
+    """The one precision rule: float16's narrow range loses small gradients, so it
+    always comes with dynamic loss scaling; bfloat16 has float32's range and needs none.
+    `policy` is our --precision name or a Keras policy name (they agree on these)."""
+    return policy == "mixed_float16"
+
+
 def set_policy(precision: str):
     """Sets the global Keras policy before models are built: compute in 16 bits,
     variables in float32 (the models force float32 logits)."""
