@@ -83,6 +83,13 @@ class Backend(abc.ABC):
         """Averages a tensor over ranks, eagerly (metrics and collective decisions)."""
         return value
 
+    def graph_mean(self, tensors) -> list:
+        """Averages tensors over ranks from inside a plain tf.function, outside any
+        replica context (the Keras drop-in's train step); compression applies as in
+        allreduce_gradients. Every rank must call it with the same shapes, in the same
+        order. One process: the tensors themselves."""
+        return list(tensors)
+
     def broadcast_variables(self, variables):
         """Copies rank 0's values into `variables` (Keras 3 variables) on every rank."""
 

@@ -106,6 +106,12 @@ class HorovodBackend(Backend):
         reduced = self._hvd.grouped_allreduce(sent, op=self._hvd.Average)
         return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)]
 
+    def graph_mean(self, tensors) -> list:
+        # Horovod's ops run in any tf.function, replica context or not.
+        if self.info.size == 1:
+            return list(tensors)
+        return self.allreduce_gradients(tensors)
+
     def _allreduce_bf16(self, grads):
         """bfloat16 on the wire. Horovod's reduction kernels refuse bfloat16, so the
         16-bit values travel by allgather (as opaque 16-bit words) and are summed in

@@ -15,6 +15,7 @@ needs no collective of its own.
 """
 import json
 import os
+import zlib
 
 import tensorflow as tf
 from absl import logging
@@ -29,6 +30,9 @@ IMPLEMENTATIONS = {
     "ring": tf.distribute.experimental.CommunicationImplementation.RING,
     "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
 }
+
+# graph_mean's collectives: a group key far above the ones MWMS allocates (from 1 up).
+GRAPH_MEAN_GROUP_KEY = 1_213_004_870
 
 
 class MwmsBackend(Backend):
@@ -97,6 +101,41 @@ class MwmsBackend(Backend):
     def wire_dtype(self, g):
         return {"none": g.dtype, "fp16": tf.float16, "bf16": tf.bfloat16}[self.compression]
 
+    def graph_mean(self, tensors) -> list:
+        """CollectiveReduceV2 on the collective runtime the strategy configured, outside
+        strategy.run (where the Keras drop-in's train step runs).
+
+        One op per dtype over the flattened tensors, issued in one order (dtype name) on
+        every rank. Instance keys come from the dtype and size alone: every rank derives
+        the same key in every trace (a retrace for a last partial batch included), and
+        no two collectives in flight share one."""
+        tensors = list(tensors)
+        if self.info.size == 1:
+            return tensors
+        hint = {"ring": "ring", "nccl": "nccl"}.get(self.collective, "auto")
+        out = [None] * len(tensors)
+        by_dtype = {}
+        for i, t in enumerate(tensors):
+            by_dtype.setdefault(t.dtype, []).append(i)
+        previous, wire_bytes = [], 0
+        for dtype, idx in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
+            flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idx], 0)
+            wire = self.wire_dtype(flat) if dtype.is_floating else dtype
+            with tf.control_dependencies(previous):  # one order on every rank
+                reduced = tf.raw_ops.CollectiveReduceV2(
+                    input=tf.cast(flat, wire), group_size=self.info.size,
+                    group_key=GRAPH_MEAN_GROUP_KEY,
+                    instance_key=graph_mean_instance_key(wire, flat.shape.num_elements()),
+                    ordering_token=[], merge_op="Add", final_op="Div",
+                    communication_hint=hint, timeout_seconds=float(self.timeout_s))
+            previous = [reduced]
+            wire_bytes += flat.shape.num_elements() * wire.size
+            sizes = [tensors[i].shape.num_elements() for i in idx]
+            for i, part in zip(idx, tf.split(tf.cast(reduced, dtype), sizes)):
+                out[i] = tf.reshape(part, tf.shape(tensors[i]))
+        self.wire_bytes_per_step = wire_bytes
+        return out
+
     def _replica_all_reduce(self, op, value):
         """All-reduce of one tensor from outside any step (metrics, broadcast)."""
         if "per_replica" not in self._compiled:
@@ -121,3 +160,8 @@ class MwmsBackend(Backend):
 
     def barrier(self):
         self.allreduce_mean(tf.constant(0.0))
+
+
+def graph_mean_instance_key(dtype, count) -> int:
+    """The same on every rank for the same (dtype, element count); never 0."""
+    return 1 + zlib.crc32(f"grads/{dtype.name}/{count}".encode()) % (2 ** 30)
