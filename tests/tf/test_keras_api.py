@@ -17,7 +17,8 @@ tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
 
 import horovod_train.keras as htk  # noqa: E402
-from horovod_train import keras_callbacks as kc  # noqa: E402
+from horovod_train.keras import callbacks as kc  # noqa: E402
+from horovod_train.keras import sharding  # noqa: E402
 from horovod_train.errors import UsageError  # noqa: E402
 
 from conftest import ROOT, child_env  # noqa: E402
@@ -180,7 +181,7 @@ def test_xla_compiles_around_the_collective_and_trains_as_without(strategy, monk
     exactly as the same fit without XLA."""
     from collective_probe import ring_of_one
     from horovod_train.backends.base import ProcessInfo
-    from horovod_train.keras_jit import SplitTrainStep
+    from horovod_train.keras.jit import SplitTrainStep
     plain, _ = _fit(strategy, keras.optimizers.Adam(0.01), batch=16, epochs=2)
     monkeypatch.setattr(strategy, "info", ProcessInfo(size=2))
     monkeypatch.setattr(strategy, "_reduce", ring_of_one)
@@ -214,11 +215,11 @@ def test_xla_compiles_around_the_collective_and_trains_as_without(strategy, monk
 def test_shards_are_disjoint_equal_and_cover_for_several_sizes():
     x = np.arange(103)
     for size in (1, 2, 3, 4):
-        parts = [kc.shard_arrays(x, r, size, {}) for r in range(size)]
+        parts = [sharding.shard_arrays(x, r, size, {}) for r in range(size)]
         assert len({len(p) for p in parts}) == 1 and len(parts[0]) == 103 // size
         joined = np.concatenate(parts)
         assert len(set(joined.tolist())) == len(joined) == 103 // size * size
-        ds_parts = [list(kc.shard_dataset(tf.data.Dataset.range(103), r, size, set())
+        ds_parts = [list(sharding.shard_dataset(tf.data.Dataset.range(103), r, size, set())
                          .as_numpy_iterator()) for r in range(size)]
         assert len({len(p) for p in ds_parts}) == 1
         assert len(set(sum(ds_parts, []))) == 103 // size * size

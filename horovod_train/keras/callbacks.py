@@ -1,0 +1,147 @@
+"""The fit callbacks behind htk strategy.callbacks().
+
+Every callback here that communicates runs on every rank at the same points (train
+begin, epoch end), and decides nothing from local values alone.
+"""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from horovod_train.errors import UsageError
+from horovod_train.keras.jit import compile_around_collectives
+from horovod_train.keras.optimizer import check_compiled_optimizer
+
+
+class BroadcastInitialState(keras.callbacks.Callback):
+    """Rank 0's model weights AND optimizer state on every rank, once, before training.
+
+    A model built before fit is broadcast at train begin (the optimizer is built first
+    so its slots exist). A model built lazily by its first step is broadcast right after
+    that step; gradients were averaged, so that step kept the ranks consistent anyway."""
+
+    def __init__(self, strategy):
+        super().__init__()
+        self.strategy = strategy
+        self.done = False
+
+    def on_train_begin(self, logs=None):
+        check_compiled_optimizer(self.model, self.strategy)
+        compile_around_collectives(self.model, self.strategy)
+        if not self.done and self.model.built and self.model.weights:
+            self._broadcast()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.done:
+            self._broadcast()
+
+    def _broadcast(self):
+        opt = self.model.optimizer
+        if opt is not None and not opt.built:
+            opt.build(self.model.trainable_variables)
+        variables = list(self.model.weights) + (list(opt.variables) if opt is not None else [])
+        self.strategy.backend.broadcast_variables(variables)
+        self.done = True
+
+
+class MetricAverage(keras.callbacks.Callback):
+    """Epoch-end logs averaged over ranks (before History, checkpoints and the progress
+    bar see them), and float non-trainable state (BatchNorm moving statistics, which
+    each rank updates from its own data) averaged too, so replicas stay identical.
+    Passed to evaluate(), it averages the returned metrics over ranks' shards."""
+
+    def __init__(self, strategy, sync_state=True):
+        super().__init__()
+        self.strategy = strategy
+        self.sync_state = sync_state
+        self.in_fit = False
+
+    def on_train_begin(self, logs=None):
+        self.in_fit = True
+
+    def on_train_end(self, logs=None):
+        self.in_fit = False
+
+    def on_test_end(self, logs=None):
+        if not self.in_fit:  # inside fit, val_* metrics are averaged at epoch end
+            self._average(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average(logs)
+        if self.sync_state:
+            self._sync_non_trainable()
+
+    def _average(self, logs):
+        if not logs or self.strategy.size == 1:
+            return
+        keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and np.isreal(v))
+        if keys:
+            values = tf.constant([float(logs[k]) for k in keys], tf.float64)
+            for key, value in zip(keys, self.strategy.allreduce_mean(values).numpy()):
+                logs[key] = float(value)
+
+    def _sync_non_trainable(self):
+        state = [w for w in self.model.non_trainable_weights if "float" in str(w.dtype)]
+        if not state or self.strategy.size == 1:
+            return
+        flat = tf.concat([tf.reshape(tf.cast(w.value, tf.float32), [-1]) for w in state], 0)
+        mean = self.strategy.allreduce_mean(flat)
+        sizes = [int(np.prod(w.shape)) for w in state]
+        for w, part in zip(state, tf.split(mean, sizes)):
+            w.assign(tf.cast(tf.reshape(part, w.shape), w.dtype))
+
+
+class LearningRateWarmup(keras.callbacks.Callback):
+    """Linear warmup of Keras 3's optimizer.learning_rate from lr/size to lr over
+    `warmup_epochs` (lr is the rate the optimizer holds at train begin: the per-replica
+    rate times the world size, linear scaling)."""
+
+    def __init__(self, strategy, warmup_epochs, steps_per_epoch=None):
+        super().__init__()
+        self.strategy = strategy
+        self.warmup_epochs = float(warmup_epochs)
+        self.steps_per_epoch = steps_per_epoch
+        self.target = None
+        self.epoch = 0
+        self.finished = False
+
+    def on_train_begin(self, logs=None):
+        opt = self.model.optimizer
+        inner = getattr(opt, "inner_optimizer", opt)
+        if not isinstance(inner._learning_rate, keras.Variable):
+            raise UsageError(
+                f"warmup_epochs: received an optimizer whose learning rate is a "
+                f"{type(inner._learning_rate).__name__}; expected a float rate to warm up. Fix: "
+                f"pass a float learning_rate, or build the warmup into your schedule")
+        self.steps_per_epoch = self.steps_per_epoch or self.params.get("steps")
+        if not self.steps_per_epoch:
+            raise UsageError("warmup_epochs: received a dataset of unknown length; expected a "
+                             "known number of steps per epoch. Fix: pass steps_per_epoch to fit")
+        if self.target is None:
+            self.target = float(opt.learning_rate.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.finished:
+            return
+        progress = (self.epoch + batch / self.steps_per_epoch) / self.warmup_epochs
+        size = self.strategy.size
+        frac = min(progress, 1.0)
+        self.model.optimizer.learning_rate = self.target / size * (1.0 + (size - 1) * frac)
+        self.finished = progress >= 1.0
+
+
+class ChiefProgbar(keras.callbacks.ProgbarLogger):
+    """Keras's progress bar on the chief only. Being in the callback list, it replaces
+    the default one, and runs after MetricAverage: epoch lines show averaged metrics."""
+
+    def __init__(self, is_chief):
+        super().__init__()
+        self.is_chief = is_chief
+
+    def set_params(self, params):
+        super().set_params(params)
+        if not self.is_chief:
+            self.verbose = 0
+

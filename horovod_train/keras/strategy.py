@@ -1,0 +1,154 @@
+"""htk.Strategy: joins the data-parallel job and hands out what a Keras script needs."""
+import contextlib
+import types
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from horovod_train import backends, env, runtime
+from horovod_train.errors import UsageError
+from horovod_train.keras import callbacks as kc
+from horovod_train.keras import sharding, state
+from horovod_train.keras.guards import reject_native_strategy
+from horovod_train.keras.optimizer import DistributedOptimizer, unwrap_optimizer
+from horovod_train.keras.reduce import graph_reducer
+
+
+class Strategy:
+    """Joins the data-parallel job and hands out the pieces a Keras script needs."""
+
+    def __init__(self, backend="auto", intra_op_threads=0, inter_op_threads=0, **backend_options):
+        launch = env.launch_info()
+        name = backends.resolve(backend, launch)
+        joined = state.active()
+        if joined is not None:
+            if joined.backend_name != name:
+                raise UsageError(f"htk.Strategy(backend={backend!r}): received a second strategy "
+                                 f"({name}) in a process joined with {joined.backend_name}; "
+                                 f"expected one per process. Fix: create htk.Strategy once")
+            self.__dict__.update(joined.__dict__)
+            return
+        self.backend_name = name
+        self.backend = backends.create(name, **backend_options)
+        threads = types.SimpleNamespace(intra_op_threads=intra_op_threads,
+                                        inter_op_threads=inter_op_threads)
+        self.threads = runtime.configure_threads(threads, launch.local_size)
+        try:
+            # setup() also pins this rank's GPU (devices.pin_gpu), as for the CLI.
+            self.info = self.backend.setup()
+        except RuntimeError as err:
+            if "must be configured at program startup" not in str(err):
+                raise
+            raise UsageError(
+                f"htk.Strategy(backend='{name}'): TensorFlow already ran ops, so "
+                f"MultiWorkerMirroredStrategy cannot configure its collectives ({err}); expected "
+                f"the strategy to come first. Fix: create htk.Strategy() at the top of the "
+                f"script, before building models or running TF ops") from None
+        self._reduce = graph_reducer(self.backend)
+        state.activate(self)
+        runtime.quiet_non_chief(self.is_chief)
+        if self.is_chief:
+            logging.info("htk | backend %s | ranks %d (local %d) | threads intra %d inter %d",
+                         name, self.size, self.info.local_size, *self.threads)
+
+    rank = property(lambda self: self.info.rank)
+    size = property(lambda self: self.info.size)
+    local_rank = property(lambda self: self.info.local_rank)
+    local_size = property(lambda self: self.info.local_size)
+    is_chief = property(lambda self: self.info.is_chief)
+
+    def __repr__(self):
+        return f"htk.Strategy(backend={self.backend_name!r}, rank={self.rank}, size={self.size})"
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Where to build the model and its optimizer.
+
+        Deliberately not MWMS's own scope: Keras 3 fit fails under it on TF 2.21, so
+        Keras stays undistributed and the optimizer wrapper reduces across ranks."""
+        reject_native_strategy("strategy.scope()")
+        with self.backend.scope() if self.backend_name != "mwms" else contextlib.nullcontext():
+            yield self
+
+    def distributed_optimizer(self, optimizer, accum_steps=1, loss_scale="auto",
+                              initial_scale=2.0 ** 15, dynamic_growth_steps=2000,
+                              inject_nonfinite=None):
+        """A Keras 3 optimizer that averages gradients over ranks before applying them.
+
+        accum_steps=k: k calls (micro-batches) accumulate locally, then one allreduce
+        and one update. loss_scale: "auto" (dynamic when the global policy is
+        mixed_float16), True/"dynamic" or False. A keras LossScaleOptimizer passed in is
+        unwrapped: its scaling moves around the reduction. inject_nonfinite=(call, rank)
+        is a test hook: that rank's gradients are inf on that apply call (1-based)."""
+        optimizer, loss_scale, initial_scale, dynamic_growth_steps = unwrap_optimizer(
+            optimizer, accum_steps, loss_scale, initial_scale, dynamic_growth_steps)
+        opt = DistributedOptimizer(optimizer, accum_steps=accum_steps, loss_scaling=loss_scale,
+                                   initial_scale=initial_scale,
+                                   dynamic_growth_steps=dynamic_growth_steps)
+        opt._strategy = self
+        opt._inject = tuple(int(v) for v in inject_nonfinite) if inject_nonfinite else None
+        return opt
+
+    def shard(self, data):
+        """This rank's share: a tf.data.Dataset (element-wise, equal counts when the
+        size is known) or numpy arrays (an array, or a tuple/list/dict of them)."""
+        return sharding.shard(data, self.rank, self.size)
+
+    def distribute_dataset(self, dataset_fn):
+        """dataset_fn(tf.distribute.InputContext) -> this rank's tf.data.Dataset, as
+        with tf.distribute's distribute_datasets_from_function; returned plain."""
+        ctx = tf.distribute.InputContext(num_input_pipelines=self.size,
+                                         input_pipeline_id=self.rank,
+                                         num_replicas_in_sync=self.size)
+        dataset = dataset_fn(ctx)
+        if not isinstance(dataset, tf.data.Dataset):
+            raise UsageError(f"strategy.distribute_dataset: dataset_fn returned "
+                             f"{type(dataset).__name__}; expected a tf.data.Dataset. Fix: "
+                             f"return this input pipeline's dataset (ctx.input_pipeline_id)")
+        return sharding.mark_sharded(dataset)
+
+    def callbacks(self, *chief_only, checkpoint=None, warmup_epochs=0.0, average_metrics=True,
+                  broadcast=True, progress_bar=True):
+        """Callbacks for model.fit, in the order they must run:
+        broadcast of rank 0's model+optimizer state at train begin; averaging of epoch
+        metrics (and of float non-trainable state such as BatchNorm statistics) over
+        ranks; learning-rate warmup from lr/size to lr; then chief-only side effects:
+        the progress bar, keras.callbacks.ModelCheckpoint(checkpoint) and `chief_only`."""
+        out = []
+        if broadcast:
+            out.append(kc.BroadcastInitialState(self))
+        if average_metrics:
+            out.append(kc.MetricAverage(self))
+        if warmup_epochs:
+            out.append(kc.LearningRateWarmup(self, warmup_epochs))
+        if progress_bar:
+            out.append(kc.ChiefProgbar(self.is_chief))
+        if self.is_chief:
+            if checkpoint:
+                out.append(keras.callbacks.ModelCheckpoint(checkpoint))
+            out.extend(chief_only)
+        return out
+
+    def metric_average(self):
+        """For model.evaluate on sharded data: averages the returned metrics over ranks."""
+        return kc.MetricAverage(self)
+
+    # ---- small collectives for scripts (eager; every rank must call them) ----------
+    def allreduce_mean(self, value):
+        return self.backend.allreduce_mean(tf.convert_to_tensor(value))
+
+    def gather(self, row) -> np.ndarray:
+        """Every rank's row of floats as a [size, len(row)] array, on every rank."""
+        from horovod_train import metrics
+        return metrics.gather_rows(self.backend, [float(v) for v in row])
+
+    def weight_digests(self, model) -> list:
+        """sha256 of every rank's model weights, gathered on every rank."""
+        from horovod_train import metrics
+        return metrics.gather_digests(self.backend, metrics.weight_digest(model.weights))
+
+    def barrier(self):
+        self.backend.barrier()
+
