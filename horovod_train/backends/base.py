@@ -24,11 +24,32 @@ class ProcessInfo:
 
 
 class Backend(abc.ABC):
+    """Options are the constructor's keyword arguments, typed, each backend its own;
+    backends.create refuses any other. Every member the loop reads is declared here."""
     name: str = "base"
+    # Bytes one rank put on the wire in the last traced gradient reduction (observe/).
+    wire_bytes_per_step: int = 0
+    # Where Horovod writes its timeline, or None: this backend writes none.
+    timeline_path: str | None = None
+    # False where the gradients must be computed inside run_replica (mwms).
+    supports_split_step = True
+    # Graph op types that move data between ranks (for counting them per step).
+    collective_op_types = frozenset()
 
     def __init__(self):
         self.info = ProcessInfo()
+        # Environment defaults setup() chose for ranks sharing CPU cores (logged once).
+        self.chosen_env: dict[str, str] = {}
         self._fed = {}  # step_fn -> its compiled fetch-and-run (see run_step_fed)
+
+    @classmethod
+    def options_from_config(cls, config, timeline_path=None) -> dict:
+        """The constructor's options, read from a RunConfig (the CLI's path)."""
+        return {}
+
+    def describe(self) -> str:
+        """This backend and its options, for the resolved-config log line."""
+        return self.name
 
     @abc.abstractmethod
     def setup(self) -> ProcessInfo:
@@ -37,6 +58,11 @@ class Backend(abc.ABC):
     def scope(self):
         """Context in which models and optimizers must be built."""
         return contextlib.nullcontext()
+
+    def keras_scope(self):
+        """Where the Keras drop-in (model.fit, reducing through graph_mean) builds its
+        model and optimizer: scope() unless a backend says otherwise."""
+        return self.scope()
 
     def distribute_dataset(self, dataset_fn):
         """dataset_fn(ShardInfo) -> tf.data.Dataset of this rank's batches."""
@@ -70,11 +96,6 @@ class Backend(abc.ABC):
         so the finite check on them needs no further agreement."""
         return grads
 
-    # False where the gradients must be computed inside run_replica (mwms).
-    supports_split_step = True
-    # Graph op types that move data between ranks (for counting them per step).
-    collective_op_types = frozenset()
-
     def step_graph_def(self, step_fn, *args):
         """The GraphDef one call of step_fn runs (for inspection and tests)."""
         return step_fn.get_concrete_function(*args).graph.as_graph_def()
@@ -95,6 +116,3 @@ class Backend(abc.ABC):
 
     def barrier(self):
         """Returns once every rank has called it."""
-
-    def shutdown(self):
-        """Leaves the job cleanly."""

@@ -11,17 +11,12 @@ import tensorflow as tf
 
 from horovod_train import devices
 from horovod_train.backends.base import Backend, ProcessInfo
-from horovod_train.errors import UsageError
+from horovod_train.errors import UsageError, check_choice
+from launch import contract
 
-# Chosen when ranks share a CPU host's cores (see _cpu_sharing_defaults).
-CPU_SHARING_DEFAULTS = {
-    # Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms; at the 1 ms
-    # default it steals cycles from ranks that share cores.
-    "HOROVOD_CYCLE_TIME": "5",
-    # Open MPI busy-polls while waiting; yielding gives the core back to the
-    # neighbouring rank. Read at MPI_Init, i.e. inside hvd.init().
-    "OMPI_MCA_mpi_yield_when_idle": "1",
-}
+# Chosen when ranks share a CPU host's cores (see _cpu_sharing_defaults); written once,
+# in launch/contract.py, since `python -m launch` chooses the same ones.
+CPU_SHARING_DEFAULTS = contract.CPU_SHARING_DEFAULTS
 
 
 def _import_horovod():
@@ -56,7 +51,7 @@ def _cpu_sharing_defaults(local_size: int, gpus: int, environ) -> dict:
     allreduce."""
     if local_size < 2 or gpus > 0:
         return {}
-    return {k: v for k, v in CPU_SHARING_DEFAULTS.items() if k not in environ}
+    return {k: v for k, v in contract.CPU_SHARING_DEFAULTS.items() if k not in environ}
 
 
 class HorovodBackend(Backend):
@@ -65,16 +60,29 @@ class HorovodBackend(Backend):
                                      "HorovodAllgather", "HorovodGroupedAllgather",
                                      "HorovodBroadcast"})
 
-    def __init__(self, compression="none", fusion_threshold_mb=None, cycle_time_ms=None,
-                 hierarchical_allreduce=False, timeline_path=None, **_options):
+    def __init__(self, compression: str = "none", fusion_threshold_mb: float | None = None,
+                 cycle_time_ms: float | None = None, hierarchical_allreduce: bool = False,
+                 timeline_path: str | None = None):
         super().__init__()
+        check_choice("compression", compression, contract.COMPRESSIONS)
         self._hvd = _import_horovod()
         self.compression = compression
         self.timeline_path = timeline_path  # the loop says so when a backend has none
         self.knobs = knob_env(fusion_threshold_mb, cycle_time_ms, hierarchical_allreduce,
                               timeline_path)
-        self.chosen_env = {}
-        self.wire_bytes_per_step = 0
+
+    @classmethod
+    def options_from_config(cls, config, timeline_path=None) -> dict:
+        rt = config.runtime
+        return {"compression": config.speed.compression,
+                "fusion_threshold_mb": rt.fusion_threshold_mb or None,  # 0: Horovod's default
+                "cycle_time_ms": rt.cycle_time_ms or None,
+                "hierarchical_allreduce": rt.hierarchical_allreduce,
+                "timeline_path": timeline_path}
+
+    def describe(self) -> str:
+        knobs = " ".join(f"{k}={v}" for k, v in sorted(self.knobs.items()))
+        return f"horovod (compression {self.compression}{', ' + knobs if knobs else ''})"
 
     def setup(self) -> ProcessInfo:
         from horovod_train.env import launch_info
@@ -137,6 +145,3 @@ class HorovodBackend(Backend):
         # horovod.tensorflow has no barrier; a scalar allreduce returns only once
         # every rank has submitted it.
         self._hvd.allreduce(tf.constant(0.0), op=self._hvd.Sum, name="horovod_train_barrier")
-
-    def shutdown(self):
-        self._hvd.shutdown()

@@ -13,6 +13,7 @@ cross-replica context on CPUs): it updates each mirrored variable's local copy, 
 XLA can compile. Every worker applies the same reduced gradients, so the finite check
 needs no collective of its own.
 """
+import contextlib
 import json
 import os
 import zlib
@@ -24,11 +25,12 @@ from horovod_train import devices
 from horovod_train.backends import tf_config as tfc
 from horovod_train.backends.base import Backend, ProcessInfo
 from horovod_train.data.sharding import ShardInfo
+from horovod_train.errors import check_choice, check_positive
+from launch import contract
 
 IMPLEMENTATIONS = {
-    "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-    "ring": tf.distribute.experimental.CommunicationImplementation.RING,
-    "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+    name: getattr(tf.distribute.experimental.CommunicationImplementation, name.upper())
+    for name in contract.COLLECTIVES
 }
 
 # graph_mean's collectives: a group key far above the ones MWMS allocates (from 1 up).
@@ -43,16 +45,28 @@ class MwmsBackend(Backend):
                                      "CollectiveReduceV3", "CollectiveGather",
                                      "CollectiveGatherV2"})
 
-    def __init__(self, collective="auto", collective_timeout_s=300.0, port_base=12345,
-                 compression="none", **_options):
+    def __init__(self, collective: str = "auto", collective_timeout_s: float = 300.0,
+                 port_base: int = contract.DEFAULT_MWMS_PORT_BASE, compression: str = "none"):
         super().__init__()
+        check_choice("collective", collective, contract.COLLECTIVES)
+        check_choice("compression", compression, contract.COMPRESSIONS)
+        check_positive("collective_timeout_s", collective_timeout_s)
         self.compression = compression
-        self.wire_bytes_per_step = 0
         self.collective = collective
         self.timeout_s = collective_timeout_s
         self.port_base = port_base
         self.strategy = None
         self._compiled = {}
+
+    @classmethod
+    def options_from_config(cls, config, timeline_path=None) -> dict:
+        rt = config.runtime
+        return {"collective": rt.collective, "collective_timeout_s": rt.collective_timeout_s,
+                "port_base": rt.mwms_port_base, "compression": config.speed.compression}
+
+    def describe(self) -> str:
+        return (f"mwms (collective {self.collective}, timeout {self.timeout_s:g} s, "
+                f"compression {self.compression})")
 
     def setup(self) -> ProcessInfo:
         config = tfc.resolve_tf_config(os.environ, self.port_base)
@@ -62,7 +76,7 @@ class MwmsBackend(Backend):
         # Before the strategy: it creates TF's devices, and MWMS makes one replica per
         # visible GPU, so pinning also keeps it at one GPU (one replica) per worker.
         self.gpu = devices.pin_gpu(local_rank, local_size, chief=index == 0)
-        # Resolved once, so the drop-in's own reductions (keras._MwmsMean) agree.
+        # Resolved once, so graph_mean's collectives use the strategy's implementation.
         requested = self.collective
         self.collective = devices.choose_collective(requested, 1 if self.gpu.uses_gpu else 0)
         if index == 0:
@@ -77,6 +91,11 @@ class MwmsBackend(Backend):
 
     def scope(self):
         return self.strategy.scope()
+
+    def keras_scope(self):
+        # Keras 3 fit fails under MWMS's scope on TF 2.21 (PerReplica conversion), so
+        # the drop-in's Keras stays undistributed and reduces through graph_mean.
+        return contextlib.nullcontext()
 
     def distribute_dataset(self, dataset_fn):
         def fn(ctx: tf.distribute.InputContext):
