@@ -262,13 +262,21 @@ def rank_code(case: Case, code, err_lines):
     return int(found[-1]) if found else None
 
 
+def program_lines(case: Case, err_lines) -> list:
+    """The lines our program printed: under horovodrun, only the ranks' ('[1]<stderr>:...');
+    horovodrun prints its own RuntimeError traceback whenever a rank fails."""
+    if case.argv[:1] != [HOROVODRUN]:
+        return list(err_lines)
+    return [line for line in err_lines if re.match(r"^\[\d+\]<std(err|out)>:", line)]
+
+
 def _problem(case: Case, ctx: Context, code, run: Running) -> str | None:
     if code == "HUNG":
         return f"no exit within {case.timeout:.0f} s"
     ranks = rank_code(case, code, run.err)
     if (code if ranks is None else ranks) != case.expect:
         return f"exit {format_code(code)}"
-    if case.expect == 2 and any("Traceback" in line for line in run.err):
+    if case.expect == 2 and any("Traceback" in line for line in program_lines(case, run.err)):
         return "a traceback"
     return case.verify(ctx) if case.verify else None
 

@@ -56,3 +56,14 @@ def test_every_case_has_a_known_group_and_a_unique_name():
     names = [c.name for c in hi.CASES]
     assert len(names) == len(set(names))
     assert {c.group for c in hi.CASES} <= set(hi.GROUPS)
+
+
+def test_under_horovodrun_the_ranks_code_and_lines_count_not_horovodruns():
+    case = hi.Case("Faults during a run", "x", [hi.HOROVODRUN, "-np", "2"], 2)
+    err = ["[1]<stderr>:horovod_train: error: --run_dir: cannot write", "Traceback (most recent",
+           "RuntimeError: Horovod detected that one or more processes exited with non-zero "
+           "status ... Process name: 1", "Exit code: 2"]
+    assert hi.rank_code(case, 1, err) == 2
+    assert hi.program_lines(case, err) == err[:1]
+    plain = hi.Case("Bad flags", "y", ["python"], 2)
+    assert hi.rank_code(plain, 1, err) is None and hi.program_lines(plain, err) == err
