@@ -10,8 +10,8 @@ from typing import Sequence
 from absl import logging
 
 from horovod_train import env
-from horovod_train.config import COLLECTIVES
 from horovod_train.errors import UsageError, check_choice
+from launch.contract import COLLECTIVES
 
 
 @dataclasses.dataclass(frozen=True)

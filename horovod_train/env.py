@@ -10,6 +10,7 @@ import os
 import re
 
 from horovod_train.errors import UsageError, usage_error
+from launch import contract
 
 # Horovod's own launcher (both gloo and mpi controllers set these).
 HOROVOD_RANK = "HOROVOD_RANK"
@@ -38,10 +39,10 @@ SLURM_GPU_BIND = "SLURM_GPU_BIND"  # srun --gpu-bind, e.g. "single:1", "verbose,
 # CUDA's own: the GPUs this process may use (a launcher or wrapper may set it per rank).
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # tf.distribute.
-TF_CONFIG = "TF_CONFIG"
+TF_CONFIG = contract.ENV_TF_CONFIG
 # Our own: set by `python -m launch` for mwms ranks started by mpirun/horovodrun.
-TRAIN_HOSTS = "HOROVOD_TRAIN_HOSTS"  # "h1:2,h2:2", ranks fill hosts in order
-MWMS_PORT_BASE = "HOROVOD_TRAIN_MWMS_PORT_BASE"
+TRAIN_HOSTS = contract.ENV_HOSTS  # "h1:2,h2:2", ranks fill hosts in order
+MWMS_PORT_BASE = contract.ENV_MWMS_PORT_BASE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ class LaunchInfo:
     @property
     def is_distributed_launch(self) -> bool:
         """True when an MPI-style launcher (one Horovod can join) started us."""
-        return self.launcher in ("horovodrun", "mpirun", "mpich", "srun")
+        return self.launcher in contract.MPI_STYLE_LAUNCHERS
 
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -145,8 +146,8 @@ def gpus_bound_per_task(env=None) -> bool:
 
 
 def default_intra_op_threads(local_size: int, cores: int | None = None) -> int:
-    """cores / ranks on this host, at least 1: oversubscribed ranks can run 3x slower."""
+    """cores / ranks on this host, at least 1 (the launcher's rule: contract.threads_per_rank)."""
     if cores is None:
         # The affinity mask, not cpu_count(): under Slurm or taskset we own fewer cores.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, local_size))
+    return contract.threads_per_rank(cores, local_size)

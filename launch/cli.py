@@ -10,7 +10,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from launch import ports, sbatch, slurm_nodes, spec, tfconfig
+from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig
 from launch.errors import LaunchError, launch_error
 from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfile,
                              format_openmpi_hostfile, is_local_only, parse_hostfile,
@@ -64,13 +64,13 @@ def _hosts_flags(parser) -> None:
 
 
 def _run_flags(parser) -> None:
-    _add(parser, "--backend", choices=spec.BACKENDS, default="horovod")
+    _add(parser, "--backend", choices=contract.LAUNCHED_BACKENDS, default="horovod")
     _add(parser, "--launcher", choices=spec.LAUNCHERS,
          help="default: horovodrun for horovod; local (localhost) or mpirun for mwms")
     _add(parser, "--controller", choices=CONTROLLERS, help="horovodrun: gloo (default) or mpi")
     _hosts_flags(parser)
     _add(parser, "-np", "--np", type=_whole, help="ranks (default: all slots)")
-    _add(parser, "--port_base", type=_whole, default=tfconfig.DEFAULT_PORT_BASE,
+    _add(parser, "--port_base", type=_whole, default=contract.DEFAULT_MWMS_PORT_BASE,
          help="mwms: worker on a host listens on port_base + local rank")
     _add(parser, "--env", action="append", default=[], metavar="NAME=VALUE")
     _add(parser, "-x", "--forward", action="append", default=[], metavar="NAME",
@@ -93,7 +93,7 @@ def _run_flags(parser) -> None:
 
 
 def _slurm_flags(parser) -> None:
-    _add(parser, "--backend", choices=spec.BACKENDS, default="horovod")
+    _add(parser, "--backend", choices=contract.LAUNCHED_BACKENDS, default="horovod")
     _add(parser, "--nodes", type=_whole, required=True)
     _add(parser, "--gpus_per_node", type=_whole, default=0, help="0 for CPU nodes")
     _add(parser, "--tasks_per_node", type=_whole, help="default: one per GPU (1 on CPU)")
@@ -106,7 +106,7 @@ def _slurm_flags(parser) -> None:
     _add(parser, "--output_pattern", default="%x-%j.out", help="sbatch --output")
     _add(parser, "--exclusive", action="store_true")
     _add(parser, "--srun_mpi", choices=SRUN_MPI, default="pmix")
-    _add(parser, "--port_base", type=_whole, default=tfconfig.DEFAULT_PORT_BASE)
+    _add(parser, "--port_base", type=_whole, default=contract.DEFAULT_MWMS_PORT_BASE)
     _add(parser, "--nccl_debug", default="WARN")
     _add(parser, "--nccl_ib_hca", help="e.g. mlx5_0,mlx5_1")
     _add(parser, "--nccl_socket_ifname", help="e.g. ib0")
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     _hosts_flags(tfc)
     _add(tfc, "--index", type=_whole)
     _add(tfc, "--all", action="store_true", help="one line per worker")
-    _add(tfc, "--port_base", type=_whole, default=tfconfig.DEFAULT_PORT_BASE)
+    _add(tfc, "--port_base", type=_whole, default=contract.DEFAULT_MWMS_PORT_BASE)
     _slurm_flags(subs.add_parser("slurm", help="render an sbatch script"))
     nodes = subs.add_parser("nodelist", help="expand a Slurm node list, one name per line")
     nodes.add_argument("nodelist")

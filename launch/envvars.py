@@ -7,6 +7,7 @@ from its own environment and forwards them by name.
 """
 import re
 
+from launch import contract
 from launch.errors import launch_error
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -16,9 +17,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # remote side find the same interpreter and CUDA libraries.
 FORWARD_PREFIXES = ("HOROVOD_", "NCCL_", "TF_", "PYTHON", "OMP_")
 FORWARD_ALWAYS = ("PATH", "LD_LIBRARY_PATH")
-
-# Chosen defaults for several ranks sharing one host's cores (see cpu_sharing_env).
-CYCLE_TIME_MS_SHARED = "5"
 
 
 def check_env_name(name, where: str) -> str:
@@ -80,13 +78,9 @@ def cpu_sharing_env(cores: int, ranks_per_host: int) -> dict[str, str]:
     for value, what in ((cores, "cores per host"), (ranks_per_host, "ranks per host")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise launch_error(what, value, "a positive whole number", "--cores_per_host 32")
-    threads = str(max(1, cores // ranks_per_host))
-    return {
-        "OMP_NUM_THREADS": threads,
-        "TF_NUM_INTRAOP_THREADS": threads,
-        "HOROVOD_CYCLE_TIME": CYCLE_TIME_MS_SHARED,
-        "OMPI_MCA_mpi_yield_when_idle": "1",
-    }
+    threads = str(contract.threads_per_rank(cores, ranks_per_host))
+    return {**{name: threads for name in contract.ENV_THREAD_NAMES},
+            **contract.CPU_SHARING_DEFAULTS}
 
 
 def unset_only(defaults: dict[str, str], environ, explicit=None) -> dict[str, str]:

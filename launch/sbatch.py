@@ -10,11 +10,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from launch import plan
+from launch import contract, plan
 from launch.envvars import check_env_name, check_env_value, cpu_sharing_env
 from launch.errors import launch_error
 from launch.hostfile import MAX_HOSTS, MAX_SLOTS
-from launch.tfconfig import DEFAULT_PORT_BASE, check_port_range
+from launch.tfconfig import check_port_range
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "slurm"
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_.:,/@%+=][A-Za-z0-9_.:,/@%+=-]{0,199}$")
@@ -22,7 +22,8 @@ _TIME = re.compile(r"^([0-9]{1,3}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}$")
 _NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.:,^=-]{1,200}$")
 # Runs in every task: TF_CONFIG from the worker list and this task's SLURM_PROCID, then
 # the training command from "$@". Constant text: no user input is ever spliced in.
-_MWMS_TASK = ('export TF_CONFIG="{\\"cluster\\":{\\"worker\\":[${HOROVOD_TRAIN_TF_WORKERS}]},'
+_MWMS_TASK = (f'export {contract.ENV_TF_CONFIG}="{{\\"cluster\\":{{\\"worker\\":'
+              f'[${{{contract.ENV_TF_WORKERS}}}]}},'
               '\\"task\\":{\\"type\\":\\"worker\\",\\"index\\":${SLURM_PROCID}}}"; exec "$@"')
 
 
@@ -42,7 +43,7 @@ class SlurmJob:
     exclusive: bool = False
     srun_mpi: str = "pmix"                # horovod only; mwms needs no PMI
     gpus_per_task: int | None = None
-    port_base: int = DEFAULT_PORT_BASE
+    port_base: int = contract.DEFAULT_MWMS_PORT_BASE
     nccl_debug: str = "WARN"
     nccl_ib_hca: str | None = None
     nccl_socket_ifname: str | None = None
@@ -123,7 +124,7 @@ def _env_lines(job: SlurmJob) -> list[str]:
         shared = cpu_sharing_env(job.cpus_per_task * ranks, ranks)
         # GPU ranks want low collective latency, so only the thread counts apply there.
         keep = shared if not job.gpus_per_node else {
-            k: v for k, v in shared.items() if k in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")}
+            k: v for k, v in shared.items() if k in contract.ENV_THREAD_NAMES}
         env.update(keep)
     for name, value in job.env:
         env[check_env_name(name, "--env")] = check_env_value(value, f"--env {name}")
@@ -146,13 +147,15 @@ def _srun_text(job: SlurmJob) -> str:
 
 def render_sbatch(job: SlurmJob) -> str:
     """The sbatch script text for `job` (validated; raises LaunchError on bad input)."""
-    plan.check_choice(job.backend, ("horovod", "mwms"), "--backend")
+    plan.check_choice(job.backend, contract.LAUNCHED_BACKENDS, "--backend")
     values = {"@SBATCH@": "\n".join(_sbatch_lines(job)),
               "@NCCL@": "\n".join(_nccl_lines(job)),
               "@ENV@": "\n".join(_env_lines(job)),
               "@SRUN@": _srun_text(job),
               "@PORT_BASE@": str(check_port_range(job.port_base, tasks_per_node(job))),
-              "@TASKS_PER_NODE@": str(tasks_per_node(job))}
+              "@TASKS_PER_NODE@": str(tasks_per_node(job)),
+              "@ENV_TF_WORKERS@": contract.ENV_TF_WORKERS,
+              "@ENV_MWMS_PORT_BASE@": contract.ENV_MWMS_PORT_BASE}
     text = (TEMPLATE_DIR / f"{job.backend}.sbatch.sh.tmpl").read_text()
     for key, value in values.items():
         text = text.replace(key, value)

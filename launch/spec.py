@@ -7,15 +7,15 @@ over its own environment.
 """
 from dataclasses import dataclass, field
 
-from launch import plan, ports, tfconfig
+from launch import contract, plan, ports, tfconfig
 from launch.envvars import (check_env_name, check_env_value, cpu_sharing_env,
                             forwarded_names, unset_only)
 from launch.errors import launch_error
 from launch.hostfile import MAX_SLOTS, Host, is_local_only, total_slots
 
-BACKENDS = ("horovod", "mwms")
-LAUNCHERS = ("horovodrun", "mpirun", "mpich", "srun", "local")
-MPI_LAUNCHERS = ("mpirun", "mpich", "srun")
+BACKENDS = contract.LAUNCHED_BACKENDS
+LAUNCHERS = contract.MPI_STYLE_LAUNCHERS + ("local",)
+MPI_LAUNCHERS = tuple(name for name in contract.MPI_STYLE_LAUNCHERS if name != "horovodrun")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class LaunchSpec:
     hostfile: str | None = None          # where hosts came from (mpirun reads it for IPv6)
     np: int | None = None                # None: every slot of the hosts
     controller: str | None = None        # horovodrun only: gloo (default) or mpi
-    port_base: int = tfconfig.DEFAULT_PORT_BASE
+    port_base: int = contract.DEFAULT_MWMS_PORT_BASE
     env: tuple[tuple[str, str], ...] = ()
     forward: tuple[str, ...] = ()
     cores_per_host: int | None = None    # set: apply cpu_sharing_env defaults
@@ -132,7 +132,7 @@ def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[
     if spec.backend == "mwms" and launcher != "local":
         if launcher == "srun":
             tfconfig.check_port_base(spec.port_base, [])
-            env[tfconfig.ENV_PORT_BASE] = str(spec.port_base)
+            env[contract.ENV_MWMS_PORT_BASE] = str(spec.port_base)
         else:
             env.update(tfconfig.worker_env_contract(first_ranks(hosts, np), spec.port_base))
     if spec.as_root and launcher == "horovodrun" and spec.controller == "mpi":
@@ -197,7 +197,7 @@ def _local_processes(spec: LaunchSpec, hosts, np, env) -> list[Process]:
                            "processes on this machine)", "--launcher mpirun for remote hosts")
     command = plan.check_command(list(spec.command))
     configs = tfconfig.all_tf_configs(first_ranks(hosts, np), spec.port_base)
-    return [Process(tuple(command), tuple(sorted({**env, "TF_CONFIG": tfconfig.to_json(c)}
+    return [Process(tuple(command), tuple(sorted({**env, contract.ENV_TF_CONFIG: tfconfig.to_json(c)}
                                                  .items()))) for c in configs]
 
 
@@ -214,7 +214,7 @@ def _check_local_ports(spec: LaunchSpec, hosts, np) -> None:
                            f"ephemeral range {low}-{high} (ip_local_port_range), where outgoing "
                            f"connections take ports at random; {width} workers use "
                            f"{spec.port_base}..{spec.port_base + width - 1}",
-                           f"--port_base {tfconfig.DEFAULT_PORT_BASE}")
+                           f"--port_base {contract.DEFAULT_MWMS_PORT_BASE}")
 
 
 def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
@@ -243,5 +243,5 @@ def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
         processes = [Process(tuple(argv), tuple(sorted(env.items())))]
         if spec.backend == "mwms":
             notes.append("each rank derives TF_CONFIG from its rank and "
-                         f"{tfconfig.ENV_HOSTS}/{tfconfig.ENV_PORT_BASE} (or the Slurm env)")
+                         f"{contract.ENV_HOSTS}/{contract.ENV_MWMS_PORT_BASE} (or the Slurm env)")
     return LaunchPlan(tuple(processes), launcher, tuple(notes))

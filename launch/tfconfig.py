@@ -5,21 +5,23 @@ port_base .. port_base+N-1 (port = port_base + local rank). Workers are listed h
 host, in hostfile order, which is also the order in which `mpirun --map-by slot`,
 horovodrun and `srun --distribution=block` hand out ranks; so worker index == rank.
 
-The contract with the worker side (horovod_train/env.py), for ranks started by
-mpirun/horovodrun/srun that do not get a TF_CONFIG of their own:
-    HOROVOD_TRAIN_HOSTS           'h1:2,h2:2' (hosts and slots, rank order)
-    HOROVOD_TRAIN_MWMS_PORT_BASE  '12345'
+The contract with the worker side (horovod_train/env.py, names in launch/contract.py),
+for ranks started by mpirun/horovodrun/srun that do not get a TF_CONFIG of their own:
+    ENV_HOSTS            'h1:2,h2:2' (hosts and slots, rank order)
+    ENV_MWMS_PORT_BASE   '12345'
 The worker builds the same TF_CONFIG from those and its own rank.
 """
 import json
 import re
 
+from launch import contract
 from launch.errors import launch_error
 from launch.hostfile import LOCAL_NAMES, Host, check_hostname
 
-ENV_HOSTS = "HOROVOD_TRAIN_HOSTS"
-ENV_PORT_BASE = "HOROVOD_TRAIN_MWMS_PORT_BASE"
-DEFAULT_PORT_BASE = 12345
+# The contract's names, under the names this module has always exported.
+ENV_HOSTS = contract.ENV_HOSTS
+ENV_PORT_BASE = contract.ENV_MWMS_PORT_BASE
+DEFAULT_PORT_BASE = contract.DEFAULT_MWMS_PORT_BASE
 TASK_TYPES = ("worker",)
 _ADDRESS = re.compile(r"^(?:\[([^\]]+)\]|([^:\[\]]+)):([0-9]{1,5})$")
 

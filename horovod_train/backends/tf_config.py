@@ -13,7 +13,7 @@ import time
 
 from horovod_train import env as env_lib
 from horovod_train.errors import UsageError
-from launch import ports
+from launch import contract, ports
 from launch.tfconfig import address_key, find_duplicate
 
 _EXAMPLE = ('{"cluster": {"worker": ["host1:23456", "host2:23456"]}, '
@@ -101,33 +101,35 @@ def _hosts_from_slurm(environ, size: int) -> list[str]:
 def _hosts_from_launcher_list(value: str, size: int) -> list[str]:
     """HOROVOD_TRAIN_HOSTS ("h1:2,h2:2", set by `python -m launch`): ranks fill hosts in order."""
     from launch.hostfile import parse_hosts_arg
-    hosts = [h.name for h in parse_hosts_arg(value, flag="HOROVOD_TRAIN_HOSTS") for _ in range(h.slots)]
+    hosts = [h.name for h in parse_hosts_arg(value, flag=contract.ENV_HOSTS)
+             for _ in range(h.slots)]
     if len(hosts) < size:
-        raise UsageError(f"HOROVOD_TRAIN_HOSTS: received {value!r} ({len(hosts)} slots); expected "
+        raise UsageError(f"{contract.ENV_HOSTS}: received {value!r} ({len(hosts)} slots); expected "
                          f"at least {size} slots. Fix: list every host with its slot count")
     return hosts[:size]
 
 
 def _port_base(environ, default: int) -> int:
     """HOROVOD_TRAIN_MWMS_PORT_BASE (set by `python -m launch`) wins over the flag."""
-    raw = environ.get(env_lib.MWMS_PORT_BASE)
+    raw = environ.get(contract.ENV_MWMS_PORT_BASE)
     if raw is None:
         return default
     if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
-        raise UsageError(f"environment variable {env_lib.MWMS_PORT_BASE}: received {raw!r}; "
+        raise UsageError(f"environment variable {contract.ENV_MWMS_PORT_BASE}: received {raw!r}; "
                          f"expected a port from 1024 to 65535. Fix: unset it to use "
-                         f"--mwms_port_base, or set it to a free port such as 12345")
+                         f"--mwms_port_base, or set it to a free port such as "
+                         f"{contract.DEFAULT_MWMS_PORT_BASE}")
     return int(raw)
 
 
 def resolve_tf_config(environ, port_base: int) -> dict:
-    raw = environ.get(env_lib.TF_CONFIG)
+    raw = environ.get(contract.ENV_TF_CONFIG)
     if raw:
         return validate(raw)
     info = env_lib.launch_info(environ)
     port_base = _port_base(environ, port_base)
-    if environ.get(env_lib.TRAIN_HOSTS) and info.is_distributed_launch:
-        hosts = _hosts_from_launcher_list(environ[env_lib.TRAIN_HOSTS], info.size)
+    if environ.get(contract.ENV_HOSTS) and info.is_distributed_launch:
+        hosts = _hosts_from_launcher_list(environ[contract.ENV_HOSTS], info.size)
     elif info.launcher == "srun":
         hosts = _hosts_from_slurm(environ, info.size)
     elif info.launcher in ("mpirun", "mpich"):

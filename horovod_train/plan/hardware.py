@@ -11,8 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 from horovod_train.plan.errors import plan_error, unknown_name
+from launch import contract
 
-PRECISIONS = ("fp32", "tf32", "mixed_float16", "mixed_bfloat16")
+# The training precisions, plus tf32: fp32 storage with TF32 tensor-core math, which
+# Ampere and later GPUs run for fp32 matmuls (the planner's, not a --precision choice).
+PRECISIONS = contract.PRECISIONS[:1] + ("tf32",) + contract.PRECISIONS[1:]
 
 # Bytes of one stored activation element. Keras mixed policies compute in 16 bits
 # and keep activations in 16 bits; fp32 and tf32 keep fp32 tensors (TF32 only changes
