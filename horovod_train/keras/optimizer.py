@@ -132,12 +132,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     @property
     def strategy(self):
-        strategy = self._strategy or state.active()
-        if strategy is None:
-            raise UsageError("DistributedOptimizer: received no htk.Strategy in this process; "
-                             "expected one to reduce over. Fix: create htk.Strategy() first, "
-                             "then wrap with strategy.distributed_optimizer(opt)")
-        return strategy
+        return self._strategy or state.require("DistributedOptimizer")
 
     def apply(self, grads, trainable_variables=None):
         reject_native_strategy("DistributedOptimizer.apply")

@@ -1,5 +1,6 @@
 """htk.Strategy: joins the data-parallel job and hands out what a Keras script needs."""
 import contextlib
+import inspect
 import types
 
 import keras
@@ -17,23 +18,37 @@ from horovod_train.keras.reduce import graph_reducer
 
 
 class Strategy:
-    """Joins the data-parallel job and hands out the pieces a Keras script needs."""
+    """Joins the data-parallel job and hands out the pieces a Keras script needs.
 
-    def __init__(self, backend="auto", intra_op_threads=0, inter_op_threads=0, **backend_options):
+    One job per process (htk.state): the first Strategy(...) joins it; a later one with
+    the same options IS that strategy; one with other options raises, naming them."""
+
+    def __new__(cls, backend="auto", intra_op_threads=0, inter_op_threads=0, **backend_options):
         launch = env.launch_info()
         name = backends.resolve(backend, launch)
-        joined = state.active()
-        if joined is not None:
-            if joined.backend_name != name:
-                raise UsageError(f"htk.Strategy(backend={backend!r}): received a second strategy "
-                                 f"({name}) in a process joined with {joined.backend_name}; "
-                                 f"expected one per process. Fix: create htk.Strategy once")
-            self.__dict__.update(joined.__dict__)
-            return
+        requested = {"backend": name, "intra_op_threads": intra_op_threads,
+                     "inter_op_threads": inter_op_threads, **backend_options}
+        current = state.active()
+        if current is not None:
+            if current.backend_name == name:  # the same class: its defaults apply
+                requested = {**_defaults(type(current.backend)), **requested}
+            call = _call_text(backend, intra_op_threads, inter_op_threads, backend_options)
+            return state.joined(requested, call)
+        self = super().__new__(cls)
+        self._join(name, launch, requested, backend_options)
+        state.activate(self)
+        return self
+
+    def __init__(self, *args, **kwargs):
+        """Everything happened in __new__, which may return the active strategy: a
+        second call must not join again."""
+
+    def _join(self, name, launch, requested, backend_options):
         self.backend_name = name
         self.backend = backends.create(name, **backend_options)
-        threads = types.SimpleNamespace(intra_op_threads=intra_op_threads,
-                                        inter_op_threads=inter_op_threads)
+        self.options = {**_defaults(type(self.backend)), **requested}
+        threads = types.SimpleNamespace(intra_op_threads=requested["intra_op_threads"],
+                                        inter_op_threads=requested["inter_op_threads"])
         self.threads = runtime.configure_threads(threads, launch.local_size)
         try:
             # setup() also pins this rank's GPU (devices.pin_gpu), as for the CLI.
@@ -47,7 +62,6 @@ class Strategy:
                 f"the strategy to come first. Fix: create htk.Strategy() at the top of the "
                 f"script, before building models or running TF ops") from None
         self._reduce = graph_reducer(self.backend)
-        state.activate(self)
         runtime.quiet_non_chief(self.is_chief)
         if self.is_chief:
             logging.info("htk | backend %s | ranks %d (local %d) | threads intra %d inter %d",
@@ -152,3 +166,21 @@ class Strategy:
     def barrier(self):
         self.backend.barrier()
 
+
+
+def _defaults(backend_cls) -> dict:
+    """The backend constructor's keyword defaults: Strategy() and Strategy(x=default)
+    ask for the same job."""
+    try:
+        params = inspect.signature(backend_cls).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default for p in params if p.kind in kinds and p.default is not p.empty}
+
+
+def _call_text(backend, intra_op_threads, inter_op_threads, backend_options) -> str:
+    given = {"intra_op_threads": intra_op_threads, "inter_op_threads": inter_op_threads}
+    args = [f"backend={backend!r}"] + [f"{k}={v!r}" for k, v in given.items() if v]
+    args += [f"{k}={v!r}" for k, v in backend_options.items()]
+    return f"htk.Strategy({', '.join(args)})"
