@@ -11,10 +11,10 @@
 
 Every backend runs Keras undistributed inside each process: `model.fit`, `evaluate` and
 `predict` see a plain model and this rank's plain data, and the optimizer wrapper does
-the one cross-rank step (an in-graph mean of the gradients) before it applies them.
-Keras 3 `fit` under MultiWorkerMirroredStrategy fails on TF 2.21 ("unsupported type
-PerReplica"), so under mwms the model is NOT built in the MWMS scope: the strategy only
-configures TF's collective runtime, and the backend reduces on it.
+the one cross-rank step, the backend's graph_mean of the gradients, before it applies
+them. strategy.scope() is the backend's keras_scope(): for mwms NOT the MWMS scope,
+since Keras 3 `fit` under MultiWorkerMirroredStrategy fails on TF 2.21 ("unsupported
+type PerReplica"); there the strategy only configures TF's collective runtime.
 
 Modules: strategy (htk.Strategy), state (the process's active strategy: active(),
 reset()), optimizer (DistributedOptimizer), callbacks, sharding, jit (XLA around the

@@ -178,7 +178,8 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def _reduce_and_apply(self, grads, variables):
         present = [i for i, g in enumerate(grads) if g is not None]
-        reduced = self.strategy._reduce([grads[i] for i in present])
+        # The mean over ranks, in this plain tf.function (the backend's own collective).
+        reduced = self.strategy.backend.graph_mean([grads[i] for i in present])
         grads = list(grads)
         for i, g in zip(present, reduced):
             grads[i] = g

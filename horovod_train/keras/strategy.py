@@ -14,7 +14,6 @@ from horovod_train.keras import callbacks as kc
 from horovod_train.keras import sharding, state
 from horovod_train.keras.guards import reject_native_strategy
 from horovod_train.keras.optimizer import DistributedOptimizer, unwrap_optimizer
-from horovod_train.keras.reduce import graph_reducer
 
 
 class Strategy:
@@ -61,7 +60,6 @@ class Strategy:
                 f"MultiWorkerMirroredStrategy cannot configure its collectives ({err}); expected "
                 f"the strategy to come first. Fix: create htk.Strategy() at the top of the "
                 f"script, before building models or running TF ops") from None
-        self._reduce = graph_reducer(self.backend)
         runtime.quiet_non_chief(self.is_chief)
         if self.is_chief:
             logging.info("htk | backend %s | ranks %d (local %d) | threads intra %d inter %d",
@@ -80,10 +78,10 @@ class Strategy:
     def scope(self):
         """Where to build the model and its optimizer.
 
-        Deliberately not MWMS's own scope: Keras 3 fit fails under it on TF 2.21, so
-        Keras stays undistributed and the optimizer wrapper reduces across ranks."""
+        The backend's keras_scope(): not MWMS's own scope, since Keras 3 fit fails under
+        it on TF 2.21; Keras stays undistributed and the optimizer wrapper reduces."""
         reject_native_strategy("strategy.scope()")
-        with self.backend.scope() if self.backend_name != "mwms" else contextlib.nullcontext():
+        with self.backend.keras_scope():
             yield self
 
     def distributed_optimizer(self, optimizer, accum_steps=1, loss_scale="auto",
