@@ -19,3 +19,26 @@ def test_one_rank_or_hidden_gpus_or_the_users_own_setting():
     assert _cpu_sharing_defaults(2, gpus=0, environ={"CUDA_VISIBLE_DEVICES": "-1"}) == CPU_SHARING_DEFAULTS
     mine = _cpu_sharing_defaults(2, gpus=0, environ={"HOROVOD_CYCLE_TIME": "1"})
     assert "HOROVOD_CYCLE_TIME" not in mine and "OMPI_MCA_mpi_yield_when_idle" in mine
+
+
+def test_the_launcher_and_the_backend_choose_the_same_defaults():
+    """Written once (launch/contract.py): `python -m launch --cores_per_host` and the
+    horovod backend (ranks started without it) cannot drift apart."""
+    from launch import contract, envvars
+    assert CPU_SHARING_DEFAULTS == contract.CPU_SHARING_DEFAULTS
+    launched = envvars.cpu_sharing_env(cores=8, ranks_per_host=2)
+    assert {k: launched[k] for k in CPU_SHARING_DEFAULTS} == dict(CPU_SHARING_DEFAULTS)
+
+
+def test_horovod_takes_its_own_options_only():
+    from horovod_train import backends
+    assert backends.options_of("horovod") == (
+        "compression", "fusion_threshold_mb", "cycle_time_ms", "hierarchical_allreduce",
+        "timeline_path")
+    with pytest.raises(backends.UsageError, match="received option\\(s\\) fusion_treshold_mb"):
+        backends.create("horovod", fusion_treshold_mb=64)
+    with pytest.raises(backends.UsageError, match="compression: received 'int8'"):
+        backends.create("horovod", compression="int8")
+    backend = backends.create("horovod", compression="fp16", cycle_time_ms=3)
+    assert backend.describe() == "horovod (compression fp16, HOROVOD_CYCLE_TIME=3)"
+    assert backend.chosen_env == {} and backend.timeline_path is None

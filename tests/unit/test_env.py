@@ -83,3 +83,34 @@ def test_malformed_rank_variable_is_one_usage_line(variables, name, expected):
     assert "\n" not in message
     assert message.startswith(f"environment variable {name}: received {variables[name]!r}")
     assert f"expected {expected}" in message and "Fix: " in message
+
+
+def test_the_registry_is_the_contracts_list_of_backends():
+    from horovod_train import backends
+    from launch import contract
+    assert backends.available_backends() == sorted(contract.BACKENDS)
+    with pytest.raises(backends.UsageError, match="--backend: received 'tpu'; expected one of: "
+                                                  "auto, horovod, mwms, local"):
+        backends.create("tpu")
+
+
+def test_a_backend_refuses_an_option_it_does_not_take():
+    """Typed options per backend: a misspelt or foreign option is named, never swallowed."""
+    from horovod_train import backends
+    assert backends.options_of("local") == ("compression",)
+    with pytest.raises(backends.UsageError) as err:
+        backends.create("local", compresion="fp16")
+    assert str(err.value) == ("backend 'local': received option(s) compresion; expected only "
+                              "the options it takes (compression). Fix: drop compresion, or "
+                              "choose the backend they belong to")
+    with pytest.raises(backends.UsageError, match="compression: received 'fp8'"):
+        backends.create("local", compression="fp8")
+
+
+def test_the_base_declares_what_the_loop_reads():
+    from horovod_train import backends
+    backend = backends.create("local", compression="fp16")
+    assert (backend.wire_bytes_per_step, backend.chosen_env, backend.timeline_path) == (0, {}, None)
+    assert backend.describe() == "local"
+    assert backend.graph_mean([1.0, 2.0]) == [1.0, 2.0]
+    assert not hasattr(backend, "shutdown")
