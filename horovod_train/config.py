@@ -1,38 +1,66 @@
 """Frozen, validated run configuration. TF-free.
 
-Flags become these dataclasses once (flags.config_from_flags); everything below the
-CLI takes a RunConfig and never reads flags or os.environ for settings. Validation
-happens in __post_init__ so a bad config cannot exist, whichever way it was built.
+Every option is a field here, named once: its name is the flag's name, its type the
+flag's type, its default the flag's default, and its help text sits on the field
+(`option(...)`); horovod_train.flags generates the absl flags and the RunConfig from
+these fields. Everything below the CLI takes a RunConfig and never reads flags or
+os.environ for settings. Validation happens in __post_init__ so a bad config cannot
+exist, whichever way it was built.
 """
 import dataclasses
 import os
 
 from horovod_train.errors import check_choice, check_positive, check_range, usage_error
+from launch import contract
 
-BACKENDS = ("auto", "horovod", "mwms", "local")
-OPTIMIZERS = ("adam", "sgd")
-COLLECTIVES = ("auto", "ring", "nccl")
-PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
-COMPRESSIONS = ("none", "fp16", "bf16")
-PROGRESS_MODES = ("auto", "bar", "lines")
-JIT_MODES = ("auto", "true", "false")
+# The name lists live in launch/contract.py (shared with the registry, the planner and
+# the launcher); re-exported here for the callers that import them from the config.
+BACKENDS = contract.BACKEND_CHOICES  # the registry's names and "auto"
+OPTIMIZERS = contract.OPTIMIZERS
+COLLECTIVES = contract.COLLECTIVES
+PRECISIONS = contract.PRECISIONS
+COMPRESSIONS = contract.COMPRESSIONS
+PROGRESS_MODES = contract.PROGRESS_MODES
+JIT_MODES = contract.JIT_MODES
+
+
+def option(default, help: str, *, choices: tuple | None = None):  # noqa: A002 - absl's word
+    """A config field that is also a command-line flag: `help` is its --help text;
+    `choices` makes it a fixed-choice flag (listed in --help, checked in __post_init__)."""
+    metadata = {"help": help}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def check_field_choices(config) -> None:
+    """The fixed-choice fields of a config dataclass, each against its own list."""
+    for field in dataclasses.fields(config):
+        choices = field.metadata.get("choices")
+        if choices is not None:
+            check_choice(f"--{field.name}", getattr(config, field.name), choices)
 
 
 @dataclasses.dataclass(frozen=True)
 class SpeedConfig:
     """The levers: precision, accumulation, recomputation, compression."""
-    precision: str = "fp32"
-    grad_accum_steps: int = 1  # micro-batches of --batch_size per optimizer step
-    gradient_checkpointing: bool = False
-    compression: str = "none"  # gradients on the wire
-    max_nonfinite_steps: int = 20  # consecutive skipped steps before the run gives up
-    inject_nonfinite: str = ""  # "STEP@RANK": poison that rank's gradients (fault tests)
-    jit_compile: str = "auto"  # XLA around the collectives; resolve_jit_compile says when
+    precision: str = option("fp32", "Mixed precision: mixed_float16 adds dynamic loss scaling; "
+                            "logits and loss stay float32.", choices=PRECISIONS)
+    grad_accum_steps: int = option(1, "Micro-batches of --batch_size per optimizer step "
+                                   "(one allreduce per step).")
+    gradient_checkpointing: bool = option(False, "Recompute each model block's activations in "
+                                          "the backward pass.")
+    compression: str = option("none", "Gradients on the wire.", choices=COMPRESSIONS)
+    max_nonfinite_steps: int = option(20, "Stop after this many consecutive steps with "
+                                      "non-finite gradients.")
+    inject_nonfinite: str = option("", "Fault injection: STEP@RANK makes that rank's gradients "
+                                   "inf at that step.")
+    jit_compile: str = option(  # resolve_jit_compile says when auto is on
+        "auto", "XLA-compile the forward/backward pass and the optimizer update (never the "
+        "collectives). auto = on with a GPU, off on CPU.", choices=JIT_MODES)
 
     def __post_init__(self):
-        check_choice("--precision", self.precision, PRECISIONS)
-        check_choice("--jit_compile", self.jit_compile, JIT_MODES)
-        check_choice("--compression", self.compression, COMPRESSIONS)
+        check_field_choices(self)
         if not isinstance(self.grad_accum_steps, int) or self.grad_accum_steps < 1:
             raise usage_error("--grad_accum_steps", self.grad_accum_steps, "an integer >= 1",
                               "pass --grad_accum_steps=1 (no accumulation) or more")
@@ -65,20 +93,25 @@ def resolve_jit_compile(requested: str, visible_gpus: int, deterministic: bool =
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    dataset: str = "digits"
-    data_dir: str | None = None
-    batch_size: int = 32  # per replica; the global batch is batch_size * world size
-    data_threads: int = 0  # 0 = tf.data.AUTOTUNE
+    dataset: str = option("digits", "Dataset: digits (bundled), synthetic, tfrecord, lmdb or tfds.")
+    data_dir: str | None = option(None, "Directory holding the dataset files (TFDS: its data_dir).")
+    batch_size: int = option(32, "Per-replica batch size; the global batch is batch_size x ranks.")
+    data_threads: int = option(0, "tf.data threads; 0 = autotune.")
     # File-backed sources and pipeline knobs (rules in horovod_train/data/options.py).
-    tfds_name: str | None = None  # --dataset=tfds: builder name, e.g. mnist or mnist:3.0.1
-    train_split: str = "train"  # TFDS accepts slices, e.g. train[:90%]
-    eval_split: str = "test"
-    shuffle_buffer: int = 0  # 0 = automatic
-    cache: str = ""  # "" = off, "memory", or a file prefix for tf.data's file cache
-    skip_corrupt: bool = False  # skip unreadable records (counted and logged) instead of failing
-    verify_data: bool = True  # read every record once at load, so corruption fails before step 1
-    synthetic_shape: tuple = (8, 8, 1)
-    synthetic_examples: int = 4096
+    tfds_name: str | None = option(None, "TFDS builder name for --dataset=tfds, e.g. mnist or "
+                                   "mnist:3.0.1.")
+    train_split: str = option("train", "Training split (TFDS: slices allowed, e.g. train[:90%]).")
+    eval_split: str = option("test", "Evaluation split.")
+    shuffle_buffer: int = option(0, "Shuffle buffer per worker in examples; 0 = automatic.")
+    cache: str = option("", "Cache decoded examples: '' (off), 'memory', or a file prefix "
+                        "for tf.data's file cache.")
+    skip_corrupt: bool = option(False, "Skip unreadable records (counted and logged) instead "
+                                "of failing.")
+    verify_data: bool = option(True, "Read every record once at start so corruption fails "
+                               "before training.")
+    synthetic_shape: tuple = option((8, 8, 1), "Shape of one synthetic example, e.g. 224,224,3.")
+    synthetic_examples: int = option(4096, "Number of synthetic examples (an eighth held out "
+                                     "for eval).")
 
     def __post_init__(self):
         from horovod_train.data import options  # TF-free
@@ -95,16 +128,16 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    optimizer: str = "adam"
-    # Per-replica rate; the applied rate is learning_rate * world size (linear scaling),
-    # reached after warmup_epochs of linear warmup from learning_rate.
-    learning_rate: float = 0.002
-    momentum: float = 0.9  # sgd only
-    warmup_epochs: float = 0.0
-    scale_lr: bool = True
+    optimizer: str = option("adam", "The optimizer.", choices=OPTIMIZERS)
+    learning_rate: float = option(0.002, "Per-replica learning rate; multiplied by the world "
+                                  "size (linear scaling), reached after --warmup_epochs.")
+    momentum: float = option(0.9, "SGD momentum (sgd only).")
+    warmup_epochs: float = option(0.0, "Epochs of linear warmup from the per-replica to the "
+                                  "scaled rate.")
+    scale_lr: bool = option(True, "Scale the learning rate by world size.")
 
     def __post_init__(self):
-        check_choice("--optimizer", self.optimizer, OPTIMIZERS)
+        check_field_choices(self)
         check_positive("--learning_rate", self.learning_rate,
                        "pass --learning_rate=0.002 (Adam) or 0.05 (SGD), per replica")
         # Checked for adam too, where it is unused: a value out of range is a typo either way.
@@ -117,14 +150,17 @@ class OptimConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 10
-    max_steps: int = 0  # 0 = no cap; otherwise stop after this many optimizer steps
-    log_every: int = 20
-    eval_every_epochs: int = 1  # 0 = evaluate only at the end
-    eval_at_start: bool = False  # evaluate the untrained (or just restored) model too
-    checkpoint_dir: str | None = None
-    checkpoint_every: str = "1e"  # "N" steps or "Ne" epochs
-    keep_checkpoints: int = 3
+    epochs: int = option(10, "Training epochs.")
+    max_steps: int = option(0, "Stop after this many optimizer steps; 0 = no cap.")
+    log_every: int = option(20, "Steps per logging interval.")
+    eval_every_epochs: int = option(1, "Evaluate every N epochs; 0 = only at the end.")
+    eval_at_start: bool = option(False, "Also evaluate before the first step (the starting "
+                                 "loss, or the just-restored model's).")
+    checkpoint_dir: str | None = option(None, "Write checkpoints here (chief only) and resume "
+                                        "from the newest one.")
+    checkpoint_every: str = option("1e", "Checkpoint cadence: N steps, or Ne epochs (e.g. 500 "
+                                   "or 1e).")
+    keep_checkpoints: int = option(3, "Newest checkpoints kept.")
 
     def __post_init__(self):
         check_positive("--epochs", self.epochs)
@@ -138,7 +174,6 @@ class TrainConfig:
             raise usage_error("--eval_every_epochs", self.eval_every_epochs, "an integer >= 0",
                               "pass --eval_every_epochs=1")
 
-
     def checkpoint_interval(self, steps_per_epoch: int) -> int:
         """--checkpoint_every in optimizer steps ("500" or "2e" for every 2 epochs)."""
         raw = str(self.checkpoint_every)
@@ -151,24 +186,39 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
-    backend: str = "auto"
-    seed: int = 42
-    intra_op_threads: int = 0  # 0 = cores / local ranks
-    inter_op_threads: int = 0  # 0 = 2 when sharing cores, TF's default otherwise
-    deterministic: bool = False  # tf.config.experimental.enable_op_determinism
-    collective: str = "auto"  # mwms: CommunicationImplementation
-    collective_timeout_s: float = 300.0  # bounds a stuck collective / missing peer
-    stop_grace_s: float = 60.0  # after SIGTERM: reach a step boundary and checkpoint within this
-    mwms_port_base: int = 12345  # mwms worker i listens on base + its local rank (as launch/)
-    fusion_threshold_mb: float = 0.0  # horovod: 0 = Horovod's default (128 MiB)
-    cycle_time_ms: float = 0.0  # horovod: 0 = Horovod's default, or 5 on shared CPU cores
-    hierarchical_allreduce: bool = False  # horovod: intra-node then inter-node
-    elastic: bool = False  # horovod under horovodrun --min-np/--max-np: ranks may come and go
-    elastic_commit_every: int = 10  # steps between in-memory commits (steps redone on a loss)
+    backend: str = option(
+        "auto", "auto = horovod under horovodrun/mpirun/srun, mwms when only TF_CONFIG is "
+        "set, else local.", choices=BACKENDS)
+    seed: int = option(42, "Random seed (same on every rank).")
+    intra_op_threads: int = option(0, "TF intra-op threads per rank; 0 = cores / ranks on "
+                                   "this host.")
+    inter_op_threads: int = option(0, "TF inter-op threads per rank; 0 = automatic (2 when "
+                                   "ranks share cores, TF's default otherwise).")
+    deterministic: bool = option(False, "Enable TF op determinism "
+                                 "(tf.config.experimental.enable_op_determinism).")
+    collective: str = option("auto", "mwms collectives (CommunicationImplementation): ring "
+                             "(gRPC, CPUs) or nccl (GPUs).", choices=COLLECTIVES)
+    collective_timeout_s: float = option(
+        300.0, "Seconds a rank waits for its peers (a step, an evaluation, the chief's "
+        "checkpoint write) before it ends the run instead of hanging (exit 75).")
+    stop_grace_s: float = option(
+        60.0, "On SIGTERM every rank stops at the next step boundary and the chief writes a "
+        "checkpoint (exit 143); after this many seconds without one, the rank ends anyway.")
+    mwms_port_base: int = option(contract.DEFAULT_MWMS_PORT_BASE, "mwms: worker ports when "
+                                 "TF_CONFIG is derived (base + local rank, as launch/).")
+    fusion_threshold_mb: float = option(0.0, "horovod: tensor fusion buffer "
+                                        "(HOROVOD_FUSION_THRESHOLD); 0 = default (128 MiB).")
+    cycle_time_ms: float = option(0.0, "horovod: background cycle (HOROVOD_CYCLE_TIME); "
+                                  "0 = default, or 5 on shared CPU cores.")
+    hierarchical_allreduce: bool = option(False, "horovod: HOROVOD_HIERARCHICAL_ALLREDUCE "
+                                          "(intra-node, then across nodes).")
+    elastic: bool = option(False, "horovod: elastic training under horovodrun --min-np/--max-np "
+                           "--host-discovery-script; ranks may leave and join.")
+    elastic_commit_every: int = option(10, "Steps between elastic commits; at most this many "
+                                       "are redone on a loss.")
 
     def __post_init__(self):
-        check_choice("--backend", self.backend, BACKENDS)
-        check_choice("--collective", self.collective, COLLECTIVES)
+        check_field_choices(self)
         # nan or inf would turn every bound on a stuck peer into "wait forever".
         check_positive("--collective_timeout_s", self.collective_timeout_s,
                        "pass --collective_timeout_s=300 (seconds; above your longest "
@@ -190,7 +240,7 @@ class RuntimeConfig:
                               "drop --elastic, or pass --backend=horovod")
         if not 1024 <= self.mwms_port_base <= 65000:
             raise usage_error("--mwms_port_base", self.mwms_port_base, "a port in 1024..65000",
-                              "pass --mwms_port_base=12345")
+                              f"pass --mwms_port_base={contract.DEFAULT_MWMS_PORT_BASE}")
         for name in ("intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
                 raise usage_error(f"--{name}", getattr(self, name), "0 (automatic) or a positive count",
@@ -200,20 +250,30 @@ class RuntimeConfig:
 @dataclasses.dataclass(frozen=True)
 class ObserveConfig:
     """What the chief records about where the time goes (docs/observability.md)."""
-    run_dir: str | None = None  # metrics.jsonl, tb/, profile/, timeline.json, summary.json
-    instrument: bool = True  # the sampled split step, TensorBoard, metrics.jsonl, NVML
-    profile_steps: str = ""  # "a,b": TF profiler trace of steps a..b (1-based, inclusive)
-    # Horovod's timeline at run_dir/timeline.json. Not `--timeline`: horovodrun parses the
-    # whole command line and rejects that as an ambiguous abbreviation of its own
-    # --timeline-filename / --timeline-mark-cycles, even after the training command.
-    horovod_timeline: bool = False
-    progress: str = "auto"  # auto = a bar only on an interactive terminal outside CI
-    baseline_samples_per_sec: float = 0.0  # one rank's figure; 0 = look it up in the cache
-    # Single-rank figures of earlier runs, keyed by config (observe/baseline.py); "" = off.
-    baseline_cache: str = "~/.cache/horovod_train/baselines.json"
+    run_dir: str | None = option(None, "Chief writes metrics.jsonl, tb/ (TensorBoard), "
+                                 "profile/, timeline.json and summary.json here.")
+    instrument: bool = option(True, "Measure the step breakdown (sampled split steps, "
+                              "TensorBoard, metrics.jsonl, NVML) and write the run_dir records; "
+                              "--noinstrument = fused steps only (benchmarks).")
+    profile_steps: str = option("", "FIRST,LAST: capture a TF profiler trace of these steps "
+                                "(1-based, inclusive) into run_dir/profile.")
+    # Not `--timeline`: horovodrun parses the whole command line and rejects that as an
+    # ambiguous abbreviation of its own --timeline-filename / --timeline-mark-cycles,
+    # even after the training command.
+    horovod_timeline: bool = option(False, "horovod: write Horovod's timeline to "
+                                    "run_dir/timeline.json.")
+    progress: str = option("auto", "auto = a bar with ETA on an interactive terminal (not "
+                           "under CI), plain lines otherwise.", choices=PROGRESS_MODES)
+    baseline_samples_per_sec: float = option(0.0, "One rank's samples/s for scaling efficiency; "
+                                             "0 = a stored 1-rank figure of the same config, "
+                                             "if any.")
+    # Keyed by config (observe/baseline.py).
+    baseline_cache: str = option("~/.cache/horovod_train/baselines.json",
+                                 "JSON file of stored 1-rank figures (read and written with "
+                                 "--run_dir); '' = off.")
 
     def __post_init__(self):
-        check_choice("--progress", self.progress, PROGRESS_MODES)
+        check_field_choices(self)
         check_range("--baseline_samples_per_sec", self.baseline_samples_per_sec, 0.0,
                     expected="0 (look up a stored figure) or one rank's finite samples/s",
                     fix="pass the samples/s of a 1-rank run of the same config, or 0")
@@ -238,15 +298,19 @@ class ObserveConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    model: str = "digits_cnn"
+    """The whole run. Fields that are config dataclasses are sections (no flag of their
+    own); every other field, here or in a section, is one flag of the same name."""
+    model: str = option("digits_cnn", "Model name from the zoo (models.available_models()).")
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
     runtime: RuntimeConfig = RuntimeConfig()
     speed: SpeedConfig = SpeedConfig()
     observe: ObserveConfig = ObserveConfig()
-    summary_json: str | None = None  # default: run_dir/summary.json when --run_dir is set
-    export_weights: str | None = None  # .npz of the final model weights (chief only)
+    summary_json: str | None = option(None, "Write the run summary here (chief only); default: "
+                                      "run_dir/summary.json when --run_dir is set.")
+    export_weights: str | None = option(None, "Write the final model weights here as .npz "
+                                        "(chief only).")
 
     def __post_init__(self):
         # Names are checked here, against TF-free registries, so a typo fails before

@@ -21,6 +21,11 @@ from horovod_train.errors import UsageError
     (lambda: cfg.RunConfig(speed=cfg.SpeedConfig(jit_compile="true"),
                            runtime=cfg.RuntimeConfig(deterministic=True)),
      ["--jit_compile", "with --deterministic", "deterministic XLA", "Fix: drop --deterministic"]),
+    # Fixed-choice fields are checked against the choices on the field itself.
+    (lambda: cfg.RuntimeConfig(collective="gloo"), ["--collective", "'gloo'", "nccl, ring"]),
+    (lambda: cfg.SpeedConfig(compression="int4"), ["--compression", "bf16, fp16, none"]),
+    (lambda: cfg.SpeedConfig(precision="fp8"), ["--precision", "mixed_bfloat16"]),
+    (lambda: cfg.ObserveConfig(progress="tty"), ["--progress", "auto, bar, lines"]),
 ])
 def test_bad_values_name_flag_value_and_fix(build, fragments):
     with pytest.raises(UsageError) as err:
@@ -29,6 +34,24 @@ def test_bad_values_name_flag_value_and_fix(build, fragments):
     assert "\n" not in message
     for fragment in fragments:
         assert fragment in message
+
+
+def test_name_lists_and_the_port_default_are_the_contracts():
+    from launch import contract
+    assert cfg.BACKENDS == contract.BACKEND_CHOICES == ("auto",) + contract.BACKENDS
+    for name in ("OPTIMIZERS", "COLLECTIVES", "PRECISIONS", "COMPRESSIONS", "PROGRESS_MODES",
+                 "JIT_MODES"):
+        assert getattr(cfg, name) == getattr(contract, name), name
+    assert cfg.RuntimeConfig().mwms_port_base == contract.DEFAULT_MWMS_PORT_BASE
+
+
+def test_every_field_carries_its_help():
+    import dataclasses
+    for section in (cfg.RunConfig, cfg.DataConfig, cfg.OptimConfig, cfg.TrainConfig,
+                    cfg.RuntimeConfig, cfg.SpeedConfig, cfg.ObserveConfig):
+        for field in dataclasses.fields(section):
+            if not dataclasses.is_dataclass(field.default):
+                assert field.metadata.get("help"), f"{section.__name__}.{field.name}"
 
 
 def test_defaults_are_valid_and_frozen():
