@@ -197,8 +197,9 @@ def _local_processes(spec: LaunchSpec, hosts, np, env) -> list[Process]:
                            "processes on this machine)", "--launcher mpirun for remote hosts")
     command = plan.check_command(list(spec.command))
     configs = tfconfig.all_tf_configs(first_ranks(hosts, np), spec.port_base)
-    return [Process(tuple(command), tuple(sorted({**env, contract.ENV_TF_CONFIG: tfconfig.to_json(c)}
-                                                 .items()))) for c in configs]
+    return [Process(tuple(command),
+                    tuple(sorted({**env, contract.ENV_TF_CONFIG: tfconfig.to_json(c)}.items())))
+            for c in configs]
 
 
 def _check_local_ports(spec: LaunchSpec, hosts, np) -> None:

@@ -22,7 +22,8 @@ _EXAMPLE = ('{"cluster": {"worker": ["host1:23456", "host2:23456"]}, '
 
 def _bad(field: str, received, expected: str) -> UsageError:
     return UsageError(f"TF_CONFIG {field}: received {received!r}; expected {expected}. "
-                      f"Fix: set TF_CONFIG like {_EXAMPLE}, or unset it to derive it from the launcher")
+                      f"Fix: set TF_CONFIG like {_EXAMPLE}, or unset it to derive it from the "
+                      f"launcher")
 
 
 def validate(raw: str) -> dict:

@@ -291,7 +291,8 @@ PLANTED = {
     "launch/spec.py": "import tensorflow\nfrom horovod_train.env import launch_info\n",
     "launch/cli.py": "import importlib\nimportlib.import_module('horovod.tensorflow')\n",
     "models/__init__.py": "",
-    "models/zoo.py": "from horovod_train import config\nimport tensorflow as tf\ns = tf.distribute\n",
+    "models/zoo.py": "from horovod_train import config\nimport tensorflow as tf\n"
+                     "s = tf.distribute\n",
     "bench/__init__.py": "",
     "bench/run.py": "from horovod_train import loop\nloop._Trainer\n",
 }
