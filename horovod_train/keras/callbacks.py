@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from horovod_train import schedules
 from horovod_train.errors import UsageError
 from horovod_train.keras.jit import compile_around_collectives
 from horovod_train.keras.optimizer import check_compiled_optimizer
@@ -126,9 +127,8 @@ class LearningRateWarmup(keras.callbacks.Callback):
         if self.finished:
             return
         progress = (self.epoch + batch / self.steps_per_epoch) / self.warmup_epochs
-        size = self.strategy.size
-        frac = min(progress, 1.0)
-        self.model.optimizer.learning_rate = self.target / size * (1.0 + (size - 1) * frac)
+        self.model.optimizer.learning_rate = schedules.warmup_rate(
+            self.target / self.strategy.size, self.target, progress)
         self.finished = progress >= 1.0
 
 

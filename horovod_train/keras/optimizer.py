@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from horovod_train import precision
 from horovod_train.errors import UsageError
 from horovod_train.keras import state
 from horovod_train.keras.guards import native_scope_error, reject_native_strategy
@@ -46,7 +47,7 @@ def unwrap_optimizer(optimizer, accum_steps, loss_scale, initial_scale, growth_s
         raise UsageError(f"accum_steps: received {accum_steps!r}; expected an int >= 1. "
                          f"Fix: pass accum_steps=k with k micro-batches per update")
     if loss_scale == "auto":
-        loss_scale = keras.mixed_precision.global_policy().name == "mixed_float16"
+        loss_scale = precision.uses_loss_scaling(keras.mixed_precision.global_policy().name)
     return optimizer, loss_scale in (True, "dynamic"), initial_scale, growth_steps
 
 
@@ -58,7 +59,7 @@ def check_compiled_optimizer(model, strategy):
             raise UsageError("model.fit: the compiled optimizer belongs to another htk.Strategy; "
                              "expected this one. Fix: wrap with this strategy's "
                              "distributed_optimizer")
-        if model.dtype_policy.name == "mixed_float16" and not opt.loss_scaling:
+        if precision.uses_loss_scaling(model.dtype_policy.name) and not opt.loss_scaling:
             logging.warning("htk | mixed_float16 without loss scaling: small gradients may "
                             "underflow. Fix: strategy.distributed_optimizer(opt, loss_scale=True)")
         return
@@ -111,6 +112,8 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
             self.dynamic_scale = self.add_variable(
                 (), keras.initializers.Constant(initial), dtype="float32", name="dynamic_scale")
             self.skipped = self.add_variable((), "zeros", dtype="int", name="skipped_steps")
+            self._loss_scale = OptimizerLossScale(self.loss_scaling, self.dynamic_growth_steps,
+                                                  self.dynamic_scale, self.step_counter)
 
     def build(self, var_list):
         self._build_scale()
@@ -124,7 +127,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         if not self.loss_scaling:
             return loss
         self._build_scale()
-        return loss * tf.cast(self.dynamic_scale, loss.dtype)
+        return self._loss_scale.scale_loss(loss)
 
     @property
     def skipped_steps(self) -> int:
@@ -189,29 +192,36 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
             self.unscale_check_apply(grads, variables)
 
     def unscale_check_apply(self, grads, variables):
-        inverse = 1.0 / self.dynamic_scale
-        grads = [None if g is None else g * tf.cast(inverse, g.dtype) for g in grads]
+        present = [i for i, g in enumerate(grads) if g is not None]
+        grads = list(grads)
+        for i, g in zip(present, self._loss_scale.unscale([grads[i] for i in present])):
+            grads[i] = g
         # Reduced values are identical on every rank, so is this verdict.
-        finite = self.check_finite(grads)
+        finite = precision.all_finite([grads[i] for i in present])
 
         def apply():
             self.inner_optimizer.apply(grads, variables)
-            grow = tf.logical_and(self.loss_scaling,
-                                  self.step_counter + 1 >= self.dynamic_growth_steps)
-            self.dynamic_scale.assign(tf.where(grow, self.dynamic_scale * 2.0, self.dynamic_scale))
-            self.step_counter.assign(tf.where(grow, tf.zeros_like(self.step_counter),
-                                              self.step_counter + 1))
             return tf.no_op()
 
         def skip():
-            if self.loss_scaling:
-                self.dynamic_scale.assign(tf.maximum(self.dynamic_scale * 0.5, 1.0))
-            self.step_counter.assign(tf.zeros_like(self.step_counter))
             self.skipped.assign_add(tf.ones_like(self.skipped))
             return tf.no_op()
         tf.cond(finite, apply, skip)
+        self._loss_scale.update(finite)  # precision's rule: halve on skip, grow after N
 
     def get_config(self):
         config = super().get_config()
         config.update(accum_steps=self.accum_steps, loss_scaling=self.loss_scaling)
         return config
+
+
+class OptimizerLossScale(precision.DynamicLossScale):
+    """precision.DynamicLossScale's rule (scale_loss, unscale, update) on the optimizer's
+    own Keras variables: they are saved with it, restored with it and broadcast with
+    its state. DynamicLossScale's constructor would make tf.Variables of its own."""
+
+    def __init__(self, enabled, growth_interval, scale, good_steps):  # noqa: super not called
+        self.enabled = bool(enabled)
+        self.growth_interval = int(growth_interval)
+        self.scale = scale
+        self.good_steps = good_steps
