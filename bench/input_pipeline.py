@@ -3,8 +3,8 @@
     python bench/input_pipeline.py [--short] [--profile] [--out runs/bench/m6_input.json]
 
 The training loop reads every epoch through ONE iterator over the epochs' datasets,
-concatenated (loop._Trainer._batches); this script builds its batches with that very
-method, so set-up costs are paid as training pays them. Per case:
+concatenated (horovod_train.data.pipeline.epoch_batches); this script builds its
+batches with that very function, so set-up costs are paid as training pays them. Per case:
   pipeline ex/s   examples/s of that iterator alone (nothing consumes them);
   consumer ex/s   examples/s the train step consumes from batches already in memory;
   headroom        pipeline / consumer (target >= 3x);
@@ -23,7 +23,6 @@ import os
 import sys
 import tempfile
 import time
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,8 +33,8 @@ TARGET_HEADROOM, TARGET_WAIT = 3.0, 0.05
 
 
 class _OneRank:
-    """The slice of a backend that _Trainer._batches uses, with optional extra tf.data
-    options laid over the pipeline's own (for the profile sweep)."""
+    """The slice of a backend that pipeline.epoch_batches uses, with optional extra
+    tf.data options laid over the pipeline's own (for the profile sweep)."""
 
     def __init__(self, options=None):
         self.options = options
@@ -48,16 +47,12 @@ class _OneRank:
 
 def loop_batches(source, batch_size: int, threads: int, batches: int, options=None):
     """The training loop's iterator over enough epochs of `source` for `batches` batches
-    (epoch boundaries included), built by the loop's own method."""
-    from horovod_train import loop
-    from horovod_train.data import sharding
+    (epoch boundaries included), built by the function the loop uses."""
+    from horovod_train.data import pipeline, sharding
     per_epoch = sharding.steps_per_epoch(source.num_train_examples, batch_size, 1)
-    cfg = types.SimpleNamespace(
-        data=types.SimpleNamespace(batch_size=batch_size, data_threads=threads),
-        speed=types.SimpleNamespace(grad_accum_steps=1), runtime=types.SimpleNamespace(seed=0))
-    trainer = types.SimpleNamespace(config=cfg, data=source, backend=_OneRank(options),
-                                    per_epoch=per_epoch)
-    return loop._Trainer._batches(trainer, 1 + (batches + WARMUP_BATCHES) // per_epoch)
+    return pipeline.epoch_batches(source, _OneRank(options), batch_size=batch_size, seed=0,
+                                  threads=threads, per_epoch=per_epoch,
+                                  epochs=1 + (batches + WARMUP_BATCHES) // per_epoch)
 
 
 def pipeline_rate(make_iter, batch_size: int, batches: int) -> float:
@@ -246,10 +241,13 @@ def _decode_order(source, batch_size: int, per_batch_standardize: bool):
     float32 / 255) per example, as the pipeline did before, or per batch, as it does
     now: the batch copy then moves a quarter of the bytes and the cast runs once."""
     import tensorflow as tf
-    from horovod_train.data import decode, pipeline
+    from horovod_train.data import decode, pipeline, tfrecord
     parse = decode.parser(source.schema)
     u8 = decode.decoder(source.schema)
-    records = source._records(source.train, range(len(source.train.paths)), 0).repeat()
+    # Every training file, read as the source reads them (interleaved, order kept).
+    records = tf.data.TFRecordDataset(
+        list(source.train.paths), buffer_size=tfrecord.READ_BUFFER,
+        num_parallel_reads=min(len(source.train.paths), tfrecord.CYCLE_LENGTH)).repeat()
     if per_batch_standardize:
         ds = records.map(lambda r: u8(parse(r)), num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(batch_size).map(decode.standardize, num_parallel_calls=tf.data.AUTOTUNE)

@@ -65,6 +65,29 @@ def across_epochs(epochs: list) -> tf.data.Dataset:
     return dataset.prefetch(seam_buffer(dataset.element_spec))
 
 
+def epoch_batches(data, backend, *, batch_size: int, seed: int, threads: int, per_epoch: int,
+                  epochs: int, start_step: int = 0):
+    """One iterator over this rank's batches of epochs [start_step // per_epoch, epochs),
+    starting `start_step` batches into the run: what the training loop trains on.
+
+    `data` is a source (its train_dataset(shard, batch_size, seed, epoch, threads)),
+    `backend` places the dataset (its distribute_dataset(dataset_fn)). A new iterator
+    per epoch costs tf.data's set-up (graph rewrites) each time, up to seconds when
+    ranks share cores, and every other rank waits for the slowest at the first
+    allreduce; one iterator pays it once. The order is a pure function of (seed,
+    epoch): resuming at step s starts epoch s // per_epoch and skips the batches of it
+    already trained on."""
+    first_epoch, offset = divmod(start_step, per_epoch)
+
+    def all_epochs(shard):
+        each = [data.train_dataset(shard, batch_size, seed, epoch, threads).take(per_epoch)
+                for epoch in range(first_epoch, epochs)]
+        each[0] = each[0].skip(offset)
+        return across_epochs(each)
+
+    return iter(backend.distribute_dataset(all_epochs))
+
+
 def seam_buffer(element_spec) -> int:
     """Batches to buffer across an epoch seam: SEAM_BATCHES, or fewer if they would
     take more than SEAM_BYTES."""
