@@ -1,8 +1,9 @@
-"""The outer loop: build, broadcast, train epochs, log, evaluate, summarise.
+"""Builds a run and hands it to the one loop: backend, data, model, optimizer, the
+state keeper, the summary. The loop itself is trainer.Trainer.
 
-Every decision that ends or shapes the loop (steps per epoch, when to log, when to
-sample timings, when to evaluate) is a function of the config and the data size,
-which every rank knows identically, so collectives always line up across ranks.
+`run(config)` is the whole run of one rank. The step counts are a function of the
+config and the data size, which every rank knows identically, so collectives always
+line up across ranks.
 """
 import os
 import time
@@ -11,11 +12,17 @@ import keras
 from absl import logging
 
 import models
-from horovod_train import backends, checkpoint, env, metrics, observe, runtime, stopping, watchdog
+from horovod_train import backends, checkpoint, env, metrics, observe, precision, runtime, schedules
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
-from horovod_train.data import pipeline, sharding
+from horovod_train.data import sharding
 from horovod_train.errors import UsageError
+# The loop's names, where callers found them before the Trainer had its own module.
+from horovod_train.trainer import (SPLIT_SAMPLE_STEPS, CheckpointKeeper,  # noqa: F401
+                                   Trainer, TrainingDiverged, sample_split, step_batch)
+
+# The old private name: a fault-injection test wraps the Trainer's methods through it.
+_Trainer = Trainer
 
 
 class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
@@ -27,15 +34,15 @@ class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         if self.warmup_steps <= 0:
             return keras.ops.convert_to_tensor(self.scaled, "float32")
-        frac = keras.ops.minimum(keras.ops.cast(step, "float32") / self.warmup_steps, 1.0)
-        return self.base + (self.scaled - self.base) * frac
+        progress = keras.ops.cast(step, "float32") / self.warmup_steps
+        return schedules.warmup_rate(self.base, self.scaled, progress, keras.ops.minimum)
 
     def value_at(self, step: int) -> float:
         """The rate at optimizer step `step`, in Python: reading it through the
         optimizer runs a dozen eager ops (~1 ms) per logging interval."""
         if self.warmup_steps <= 0:
             return self.scaled
-        return self.base + (self.scaled - self.base) * min(step / self.warmup_steps, 1.0)
+        return schedules.warmup_rate(self.base, self.scaled, step / self.warmup_steps)
 
     def get_config(self):
         return {"base": self.base, "scaled": self.scaled, "warmup_steps": self.warmup_steps}
@@ -53,15 +60,6 @@ def make_optimizer(optim, world_size: int, steps_per_epoch: int):
     return keras.optimizers.Adam(schedule)
 
 
-class TrainingDiverged(RuntimeError):
-    """Gradients stayed non-finite for --max_nonfinite_steps consecutive steps."""
-
-
-def step_batch(config) -> int:
-    """Examples per rank per optimizer step: k micro-batches of --batch_size."""
-    return config.data.batch_size * config.speed.grad_accum_steps
-
-
 def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
     per_epoch = sharding.steps_per_epoch(num_examples, step_batch(config), world_size)
     if per_epoch == 0:
@@ -77,7 +75,6 @@ def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
 
 
 def _build(config, backend, data, steps_per_epoch):
-    from horovod_train import precision
     precision.set_policy(config.speed.precision)
     with backend.scope():
         model = models.get_model(config.model, input_shape=data.input_shape,
@@ -93,253 +90,35 @@ def _build(config, backend, data, steps_per_epoch):
     return model, optimizer
 
 
-# The sampled split step costs a few ms more than a fused one (three calls, two host
-# syncs); taking it at most once per this many steps keeps it near 1% of step time on
-# a 10 ms step. The first two intervals are always sampled (the first one traces).
-SPLIT_SAMPLE_STEPS = 100
-
-
-def sample_split(step: int, log_every: int) -> bool:
-    """Whether `step` (1-based) runs as the timed split step: the last step of an
-    interval, in the first two intervals and then every ~SPLIT_SAMPLE_STEPS steps."""
-    if step % log_every:
-        return False
-    interval = step // log_every
-    every = -(-SPLIT_SAMPLE_STEPS // log_every)  # intervals between samples
-    return interval <= 2 or interval % every == 0
-
-
-class _Trainer:
-    """Holds the per-run state of the epoch loop so its helpers stay short."""
-
-    def __init__(self, config, backend, data, model, optimizer, per_epoch, total,
-                 observer=None, jit_compile=False):
-        from horovod_train.step import StepOptions, TrainStep
-        self.config, self.backend, self.data = config, backend, data
-        self.observer = observer or observe.NullObserver()
-        self.instrument = config.observe.instrument
-        self.lr = lr_schedule(config.optim, backend.info.size, per_epoch)  # for the records
-        self.gpu = None
-        if self.instrument:  # every rank samples its own GPU; the chief gets the mean
-            from horovod_train.observe.nvml import GpuSampler
-            self.gpu = GpuSampler(backend.info.local_rank)
-        self.model, self.per_epoch, self.total = model, per_epoch, total
-        speed = config.speed
-        self.step = TrainStep(model, optimizer, backend, StepOptions(
-            accum_steps=speed.grad_accum_steps, loss_scaling=speed.precision == "mixed_float16",
-            inject_nonfinite=speed.injection(), jit_compile=jit_compile))
-        self.skipped_steps = 0
-        self.nonfinite_run = 0  # consecutive skipped steps
-        # What the step's graph holds (TrainStep.graph_facts), read at the first step.
-        self.graph_facts = dict.fromkeys(("collective_ops_per_step", "collective_ops_in_xla",
-                                          "xla_compiled_functions"))
-        self.global_step = 0
-        self.loss_history = []  # (step, loss averaged over ranks) per interval
-        self.accuracy_history = []
-        self.eval_loss_history = []
-        self.train_seconds = 0.0  # excluding the first (tracing) step
-        self.train_samples = 0
-        self.meter = metrics.IntervalMeter()
-        self.last_parts = None  # shares of the latest sampled step, reused until the next
-        self.timed_calls = 0
-        # Bounds every wait on peers once training runs (see watchdog.py); started by run().
-        self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
-                                              backend.info.rank)
-        # SIGTERM becomes a stop vote carried by the next step (stopping.py).
-        self.sigterm = stopping.SigtermVote(config.runtime.stop_grace_s, backend.info.rank)
-        self.stop_agreed = False
-        self.already_complete = False  # restored at (or past) the last step
-
-    def _batches(self, epochs: int, start_step: int = 0):
-        """One iterator over every epoch's shard, concatenated.
-
-        A new iterator per epoch costs tf.data's set-up (graph rewrites) each time, up
-        to seconds when ranks share cores, and every other rank waits for the slowest
-        at the first allreduce; one iterator pays it once."""
-        cfg = self.config
-        # The order is a pure function of (seed, epoch): resuming at step s means
-        # starting epoch s // per_epoch and skipping the batches already trained on.
-        first_epoch, offset = divmod(start_step, self.per_epoch)
-
-        def all_epochs(shard):
-            per_epoch = [self.data.train_dataset(shard, step_batch(cfg), cfg.runtime.seed,
-                                                 epoch, cfg.data.data_threads)
-                         .take(self.per_epoch) for epoch in range(first_epoch, epochs)]
-            per_epoch[0] = per_epoch[0].skip(offset)
-            return pipeline.across_epochs(per_epoch)
-
-        return iter(self.backend.distribute_dataset(all_epochs))
-
-    def _fetch(self, batch_iter):
-        """The next batch eagerly, and the seconds that took (~1 ms of handover even
-        with a batch ready, which the fused path avoids; see feed.py)."""
-        start = time.perf_counter()
-        x, y = next(batch_iter)
-        return x, y, time.perf_counter() - start
-
-    def _run(self, batch_iter, controls):
-        """One step on the next batch: (loss, finite, stop, seconds waited for it, split)."""
-        if self.instrument and self.backend.supports_split_step and \
-                sample_split(self.global_step + 1, self.config.train.log_every):
-            x, y, waited = self._fetch(batch_iter)
-            loss, finite, stop, parts = self.step.timed(x, y, *controls)
-            return loss, finite, stop, waited, parts
-        if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
-            x, y, waited = self._fetch(batch_iter)
-            return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None)
-        # The batch is fetched inside the compiled step (feed.py).
-        outputs, waited = self.backend.run_step_fed(self.step.fused, batch_iter, *controls)
-        return (*outputs, waited, None)
-
-    def _one_step(self, batch_iter):
-        self.observer.before_step(self.global_step + 1)
-        controls = (self.step.poison(self.global_step + 1, self.backend.info.rank),
-                    self.step.stop_vote(self.sigterm.requested))
-        t0 = time.perf_counter()
-        loss, finite, stop, waited, parts = self._run(batch_iter, controls)
-        loss, finite, waited = float(loss), float(finite), float(waited)
-        self.stop_agreed = bool(stop)
-        t2 = time.perf_counter()
-        tracing_split = False
-        if parts is not None:
-            # The first timed call traces three functions: its split says nothing.
-            if self.timed_calls > 0:
-                self.last_parts = parts
-            tracing_split = self.timed_calls == 0
-            self.timed_calls += 1
-        batch = step_batch(self.config)
-        self.meter.add(batch, waited, t2 - t0 - waited, loss)
-        # Steps that trace (the first fused one, the first split one) are set-up, not
-        # throughput: the summary's samples/s leaves them out.
-        if self.graph_facts["collective_ops_per_step"] is not None and not tracing_split:
-            self.train_seconds += t2 - t0
-            self.train_samples += batch
-        else:  # this process's first step (traced): timed out, collectives counted
-            self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
-            # Inspecting the graph is set-up, not training: off the interval's clock.
-            self.meter.excluded_s += time.perf_counter() - t2
-        self.global_step += 1
-        self.watchdog.beat(self.global_step)
-        self.observer.after_step(self.global_step)
-        self._check_finite(finite > 0.5)
-
-    def _check_finite(self, finite: bool):
-        """Every rank holds the same verdict (agreed in the step), so all stop together."""
-        if finite:
-            self.nonfinite_run = 0
-            return
-        self.skipped_steps += 1
-        self.nonfinite_run += 1
-        logging.warning("step %d: non-finite gradients; step skipped on every rank "
-                        "(loss scale now %g)", self.global_step,
-                        float(self.step.loss_scale.scale.numpy()))
-        if self.nonfinite_run >= self.config.speed.max_nonfinite_steps:
-            raise TrainingDiverged(
-                f"training diverged: gradients were non-finite for {self.nonfinite_run} "
-                f"consecutive steps (--max_nonfinite_steps) up to step {self.global_step}. "
-                f"Fix: lower --learning_rate, use --precision=mixed_bfloat16 or fp32, or "
-                f"add --warmup_epochs")
-
-    def _log_interval(self):
-        """Every rank: one gather of [loss, samples/s, GPU figures] per rank; the chief's
-        observer prints and records the result, everyone else's does nothing."""
-        from horovod_train.observe.nvml import combine
-        m = self.meter
-        gpu = self.gpu.sample() if self.gpu else [0.0, 0.0, 0.0]
-        before = time.perf_counter()
-        rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
-        # The gather waits for the slowest rank (e.g. one still tracing): that wait is
-        # this interval's, shown as "sync".
-        now = time.perf_counter()
-        m.sync_s = now - before
-        self.meter = metrics.IntervalMeter(started=now)
-        loss = float(rows[:, 0].mean())
-        self.loss_history.append((self.global_step, loss))
-        gpu_util, gpu_mem = combine(rows[:, 2:5].tolist())
-        self.observer.interval({
-            "step": self.global_step, "total_steps": self.total, "steps": m.steps,
-            "loss": loss, "samples_per_sec": float(rows[:, 1].sum()),
-            "samples_per_sec_per_rank": [float(r) for r in rows[:, 1]],
-            # This rank's (the chief's) clocks; the split from the latest sampled step.
-            "seconds_per_step": m.seconds_per_step(self.last_parts if self.instrument else None,
-                                                   now),
-            "sampled_split_s": self.last_parts if self.instrument else None,
-            "learning_rate": self.lr.value_at(self.global_step - self.skipped_steps),
-            "loss_scale": float(self.step.loss_scale.scale.numpy()),
-            "gpu_util_pct": gpu_util, "gpu_mem_mib": gpu_mem})
-
-    def _evaluate(self, label):
-        from horovod_train.step import evaluate
-        # Evaluation runs outside any strategy.run, on this rank's plain shard; the
-        # counts are summed over ranks afterwards.
-        started = time.perf_counter()
-        info = self.backend.info
-        ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
-        accuracy, loss, count = evaluate(self.model, ds, self.backend)
-        self.accuracy_history.append((self.global_step, accuracy))
-        self.eval_loss_history.append((self.global_step, loss))
-        self.observer.evaluation(label, {"step": self.global_step, "accuracy": accuracy,
-                                         "loss": loss, "count": count,
-                                         "seconds": time.perf_counter() - started})
-        # Evaluation and its report are not training time.
-        self.meter.excluded_s += time.perf_counter() - started
-        self.watchdog.beat(self.global_step)
-        return accuracy
-
-    def train(self, checkpointer):
-        every = self.config.train.eval_every_epochs
-        epochs = min(self.config.train.epochs, -(-self.total // self.per_epoch))
-        self.global_step = checkpointer.restore()
-        if self.config.train.eval_at_start:
-            self._evaluate("start")
-        if self.global_step >= self.total:
-            self.already_complete = True
-            logging.info("checkpoint | the run was already complete at step %d of %d; "
-                         "nothing to train (the earlier summary is kept)", self.global_step,
-                         self.total)
-            return self._evaluate("final")
-        batch_iter = self._batches(epochs, self.global_step)
-        self.meter = metrics.IntervalMeter()  # the clock starts with the first step
-        for epoch in range(self.global_step // self.per_epoch, epochs):
-            while self.global_step < min((epoch + 1) * self.per_epoch, self.total):
-                self._one_step(batch_iter)
-                if self.global_step % self.config.train.log_every == 0 or \
-                        self.global_step == self.total:
-                    self._log_interval()
-                checkpointer.maybe_save(self.global_step,
-                                        last=self.global_step == self.total or self.stop_agreed)
-                self.watchdog.beat(self.global_step)
-                if self.stop_agreed:  # every rank: the vote came back in the same step
-                    raise stopping.StopRequested(self.global_step, bool(checkpointer.directory))
-            if self.global_step >= self.total:
-                break
-            if every and (epoch + 1) % every == 0:
-                self._evaluate(f"epoch {epoch + 1}")
-        return self._evaluate("final")
-
-
-def _train(config, trainer, state, num_examples) -> tuple[float, dict]:
-    """(final accuracy, extra summary facts): elastic, or with checkpoints."""
+def _keeper(config, trainer, state):
+    """The state keeper: elastic in-memory commits, or the checkpointer."""
     if config.runtime.elastic:
-        from horovod_train import elastic  # imports horovod: only when asked for
-        return elastic.train(trainer, state, num_examples, config.runtime.elastic_commit_every)
+        from horovod_train import elastic
+        return elastic.keeper(trainer.backend, state, config.runtime.elastic_commit_every)
     checkpointer = checkpoint.Checkpointer(
         config, trainer.backend, state, trainer.per_epoch,
         data_facts={"input_shape": list(trainer.data.input_shape),
                     "num_classes": trainer.data.num_classes})
+    return CheckpointKeeper(checkpointer, trainer.per_epoch,
+                            step_batch(config) * trainer.backend.info.size)
+
+
+def _train(config, trainer, state) -> tuple[float, dict]:
+    """(final accuracy, the keeper's facts for the summary)."""
+    keeper = _keeper(config, trainer, state)
     try:
-        return trainer.train(checkpointer), {}
+        return trainer.train(keeper), keeper.facts()
     finally:
-        checkpointer.close()
+        keeper.close()
 
 
-def _summary(config, backend, trainer, accuracy, wall_start, backend_name):
+def _summary(config, backend, trainer, accuracy, wall_start):
     rate = trainer.train_samples / max(trainer.train_seconds, 1e-9)
     per_rank = [float(r[0]) for r in metrics.gather_rows(backend, [rate])]
     digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
     return {
         "world_size": backend.info.size,
-        "backend": backend_name,
+        "backend": backend.name,
         "model": config.model,
         "dataset": config.data.dataset,
         "global_batch": step_batch(config) * backend.info.size,
@@ -392,19 +171,12 @@ def _timeline_path(config, launch) -> str | None:
     return os.path.join(config.observe.run_dir, "timeline.json")
 
 
-def run(config) -> dict:
-    """Trains per `config` on this process's rank; returns the run summary."""
-    wall_start = time.perf_counter()
-    launch = env.launch_info()
-    backend_name = backends.resolve(config.runtime.backend, launch, os.environ)
-    rt = config.runtime
-    backend = backends.create(backend_name, collective=rt.collective,  # UsageError: before TF runs
-                              collective_timeout_s=rt.collective_timeout_s,
-                              port_base=rt.mwms_port_base, compression=config.speed.compression,
-                              fusion_threshold_mb=rt.fusion_threshold_mb or None,
-                              cycle_time_ms=rt.cycle_time_ms or None,
-                              hierarchical_allreduce=rt.hierarchical_allreduce,
-                              timeline_path=_timeline_path(config, launch))
+def _setup(config, launch):
+    """(backend joined, jit_compile): the backend from the config, this rank's threads,
+    devices and logging, and the resolved config logged once."""
+    name = backends.resolve(config.runtime.backend, launch, os.environ)
+    # UsageError on a bad option: before TF runs.
+    backend = backends.create_from_config(name, config, _timeline_path(config, launch))
     intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)
@@ -413,33 +185,19 @@ def run(config) -> dict:
     jit = resolve_jit_compile(config.speed.jit_compile, runtime.visible_gpus(),
                               config.runtime.deterministic)
     logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
-                 "jit_compile %s | %s", backend_name, info.size, info.local_size, intra, inter,
-                 jit, config.to_dict())
-    if getattr(backend, "chosen_env", None):
+                 "jit_compile %s | %s", backend.describe(), info.size, info.local_size, intra,
+                 inter, jit, config.to_dict())
+    if backend.chosen_env:
         logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
                      backend.chosen_env)
-    if config.observe.horovod_timeline and not getattr(backend, "timeline_path", None):
+    if config.observe.horovod_timeline and not backend.timeline_path:
         logging.warning("timeline | --horovod_timeline is Horovod's own; backend %s writes none",
-                        backend_name)
-    data = data_lib.load(config.data)
-    per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
-    model, optimizer = _build(config, backend, data, per_epoch)
-    observer = observe.create(config, info.is_chief, info.size, total, {
-        "world_size": info.size, "backend": backend_name, "model": config.model,
-        "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
-        "total_steps": total, "steps_per_epoch": per_epoch,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    trainer = _Trainer(config, backend, data, model, optimizer, per_epoch, total, observer,
-                       jit_compile=jit)
-    state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
-    trainer.watchdog.start()
-    trainer.sigterm.install()
-    try:
-        accuracy, facts = _train(config, trainer, state, data.num_train_examples)
-    finally:
-        trainer.sigterm.uninstall()
-    summary = dict(_summary(config, backend, trainer, accuracy, wall_start, backend_name), **facts)
-    trainer.watchdog.stop()
+                        backend.name)
+    return backend, jit
+
+
+def _finish(config, backend, trainer, summary, observer) -> dict:
+    """Chief-only side effects of a finished run; returns the summary as written."""
     info = backend.info  # an elastic ring may have re-formed with another chief
     if trainer.already_complete:
         summary = _earlier_summary(config.summary_path(), summary)
@@ -447,10 +205,35 @@ def run(config) -> dict:
     if info.is_chief and config.summary_path():
         metrics.write_json_atomic(config.summary_path(), summary)
     if info.is_chief and config.export_weights:
-        metrics.write_npz_atomic(config.export_weights, model.weights)
+        metrics.write_npz_atomic(config.export_weights, trainer.model.weights)
     if not trainer.already_complete:
         logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",
-                     summary["steps"], summary["final_loss"], accuracy,
+                     summary["steps"], summary["final_loss"], summary["test_accuracy"],
                      summary["samples_per_sec"], summary["wall_seconds"])
+    return summary
+
+
+def run(config) -> dict:
+    """Trains per `config` on this process's rank; returns the run summary."""
+    wall_start = time.perf_counter()
+    backend, jit = _setup(config, env.launch_info())
+    info = backend.info
+    data = data_lib.load(config.data)
+    per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
+    model, optimizer = _build(config, backend, data, per_epoch)
+    observer = observe.create(config, info.is_chief, info.size, total, {
+        "world_size": info.size, "backend": backend.name, "model": config.model,
+        "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
+        "total_steps": total, "steps_per_epoch": per_epoch,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    trainer = Trainer(config, backend, data, model, optimizer, per_epoch, total, observer,
+                      jit_compile=jit,
+                      learning_rate=lr_schedule(config.optim, info.size, per_epoch))
+    state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
+    trainer.watchdog.start()
+    accuracy, facts = _train(config, trainer, state)
+    summary = dict(_summary(config, backend, trainer, accuracy, wall_start), **facts)
+    trainer.watchdog.stop()
+    summary = _finish(config, backend, trainer, summary, observer)
     backend.barrier()
     return summary

@@ -1,0 +1,346 @@
+"""The ONE outer loop: restore, evaluate, train epochs, log, keep the state, stop.
+
+`Trainer.train(keeper)` runs every run, plain or elastic. What differs is the *state
+keeper*, the part that decides what outlives a step:
+
+    keeper.saves_on_stop       True when a SIGTERM stop leaves a checkpoint behind
+    keeper.run(attempt, pause) calls attempt() and returns its result; an elastic
+                               keeper calls it again after every resize (pause() runs
+                               before the ring re-forms)
+    keeper.restore()           -> Position: where this attempt starts (and variables
+                               restored and identical on every rank)
+    keeper.after_step(position, last)   saves or commits; may raise to re-form a ring
+    keeper.facts()             extra facts for the run summary
+    keeper.close()             releases what the keeper holds
+
+CheckpointKeeper (below) keeps state on disk (checkpoint.Checkpointer); the elastic
+keeper (elastic.py) commits it to memory. Every attempt re-places the loop on the
+current world size's grid (`_place`), so a resized ring resumes mid-epoch.
+
+Every decision that ends or shapes the loop (steps per epoch, when to log, when to
+sample timings, when to evaluate) is a function of the config, the data size and the
+position, which every rank knows identically, so collectives always line up.
+"""
+import dataclasses
+import time
+
+from absl import logging
+
+from horovod_train import metrics, observe, precision, stopping, watchdog
+from horovod_train.data import pipeline, sharding
+
+
+class TrainingDiverged(RuntimeError):
+    """Gradients stayed non-finite for --max_nonfinite_steps consecutive steps."""
+
+
+def step_batch(config) -> int:
+    """Examples per rank per optimizer step: k micro-batches of --batch_size."""
+    return config.data.batch_size * config.speed.grad_accum_steps
+
+
+# The sampled split step costs a few ms more than a fused one (three calls, two host
+# syncs); taking it at most once per this many steps keeps it near 1% of step time on
+# a 10 ms step. The first two intervals are always sampled (the first one traces).
+SPLIT_SAMPLE_STEPS = 100
+
+
+def sample_split(step: int, log_every: int) -> bool:
+    """Whether `step` (1-based) runs as the timed split step: the last step of an
+    interval, in the first two intervals and then every ~SPLIT_SAMPLE_STEPS steps."""
+    if step % log_every:
+        return False
+    interval = step // log_every
+    every = -(-SPLIT_SAMPLE_STEPS // log_every)  # intervals between samples
+    return interval <= 2 or interval % every == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where training stands. The place in an epoch is counted in examples, not steps:
+    an elastic ring's step size changes with its world size."""
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # epochs completed
+    epoch_examples: int = 0  # examples of the current epoch consumed (all ranks together)
+    # This attempt starts a launch (not a re-formed ring): --eval_at_start applies, and a
+    # position at the end means the run was already complete.
+    launch_start: bool = True
+
+
+class CheckpointKeeper:
+    """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none)."""
+
+    def __init__(self, checkpointer, per_epoch: int, examples_per_step: int):
+        self.checkpointer = checkpointer
+        self.per_epoch, self.examples_per_step = per_epoch, examples_per_step
+        self.saves_on_stop = bool(checkpointer.directory)
+
+    def run(self, attempt, pause=None):
+        return attempt()
+
+    def restore(self) -> Position:
+        step = self.checkpointer.restore()
+        epoch, in_epoch = divmod(step, self.per_epoch)
+        return Position(step, epoch, in_epoch * self.examples_per_step)
+
+    def after_step(self, position: Position, last: bool):
+        self.checkpointer.maybe_save(position.step, last=last)
+
+    def facts(self) -> dict:
+        return {}
+
+    def close(self):
+        self.checkpointer.close()
+
+
+class Trainer:
+    """The per-run state of the loop, and the loop (train)."""
+
+    def __init__(self, config, backend, data, model, optimizer, per_epoch, total,
+                 observer=None, jit_compile=False, learning_rate=None):
+        from horovod_train.step import StepOptions, TrainStep
+        self.config, self.backend, self.data = config, backend, data
+        self.observer = observer or observe.NullObserver()
+        self.instrument = config.observe.instrument
+        self.lr = learning_rate  # the schedule (value_at(step)), for the records
+        self.gpu = None
+        if self.instrument:  # every rank samples its own GPU; the chief gets the mean
+            from horovod_train.observe.nvml import GpuSampler
+            self.gpu = GpuSampler(backend.info.local_rank)
+        self.model, self.per_epoch, self.total = model, per_epoch, total
+        speed = config.speed
+        self.step = TrainStep(model, optimizer, backend, StepOptions(
+            accum_steps=speed.grad_accum_steps,
+            loss_scaling=precision.uses_loss_scaling(speed.precision),
+            inject_nonfinite=speed.injection(), jit_compile=jit_compile))
+        self.skipped_steps = 0
+        self.nonfinite_run = 0  # consecutive skipped steps
+        # What the step's graph holds (TrainStep.graph_facts), read at the first step.
+        self.graph_facts = dict.fromkeys(("collective_ops_per_step", "collective_ops_in_xla",
+                                          "xla_compiled_functions"))
+        self.global_step = 0
+        self.position = Position()
+        self.loss_history = []  # (step, loss averaged over ranks) per interval
+        self.accuracy_history = []
+        self.eval_loss_history = []
+        self.train_seconds = 0.0  # excluding the first (tracing) step
+        self.train_samples = 0
+        self.meter = metrics.IntervalMeter()
+        self.last_parts = None  # shares of the latest sampled step, reused until the next
+        self.timed_calls = 0
+        # Bounds every wait on peers once training runs (see watchdog.py); started by run().
+        self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
+                                              backend.info.rank)
+        # SIGTERM becomes a stop vote carried by the next step (stopping.py).
+        self.sigterm = stopping.SigtermVote(config.runtime.stop_grace_s, backend.info.rank)
+        self.stop_agreed = False
+        self.already_complete = False  # restored at (or past) the last step
+
+    # -- the loop -------------------------------------------------------------------
+
+    def train(self, keeper) -> float:
+        """Trains to the end under `keeper`; returns the final test accuracy. Raises
+        StopRequested when the ranks agreed to stop on a SIGTERM."""
+        self.sigterm.install()
+        try:
+            # Re-forming an elastic ring is not a stalled peer: the watchdog re-arms at
+            # the next step.
+            return keeper.run(lambda: self._attempt(keeper), self.watchdog.disarm)
+        finally:
+            self.sigterm.uninstall()
+
+    def _attempt(self, keeper) -> float:
+        """From the keeper's position to the end (or to a resize, which raises)."""
+        start = keeper.restore()
+        in_epoch = self._place(start)
+        if self.config.train.eval_at_start and start.launch_start:
+            self._evaluate("start")
+        if self.global_step >= self.total:
+            if start.launch_start:
+                self.already_complete = True
+                logging.info("checkpoint | the run was already complete at step %d of %d; "
+                             "nothing to train (the earlier summary is kept)",
+                             self.global_step, self.total)
+            return self._evaluate("final")
+        batch_iter = self._epoch_batches(in_epoch)
+        self.meter = metrics.IntervalMeter()  # the clock starts with the first step
+        while self.global_step < self.total:
+            epoch_done = self._train_one(batch_iter, keeper)
+            every = self.config.train.eval_every_epochs
+            if epoch_done and self.global_step < self.total and every and \
+                    self.position.epoch % every == 0:
+                self._evaluate(f"epoch {self.position.epoch}")
+        return self._evaluate("final")
+
+    def _train_one(self, batch_iter, keeper) -> bool:
+        """One step, its log interval, the keeper's turn and the stop vote; returns
+        whether the step ended an epoch."""
+        self._one_step(batch_iter)
+        epoch_done = self._advance()
+        if self.global_step % self.config.train.log_every == 0 or \
+                self.global_step == self.total:
+            self._log_interval()
+        if self.stop_agreed and not keeper.saves_on_stop:
+            # Nothing outlives this process (no --checkpoint_dir, or in-memory commits):
+            # every rank stops here, at the step the vote came back.
+            raise stopping.StopRequested(self.global_step, saved=False)
+        keeper.after_step(self.position, last=self.global_step == self.total or self.stop_agreed)
+        self.watchdog.beat(self.global_step)
+        if self.stop_agreed:  # every rank: the vote came back in the same step
+            raise stopping.StopRequested(self.global_step, saved=True)
+        return epoch_done
+
+    def _place(self, start: Position) -> int:
+        """Points the loop at the current world size's grid: steps per epoch, the last
+        step, the position. Returns the steps of the current epoch already done."""
+        cfg, size = self.config, self.backend.info.size
+        per_step = step_batch(cfg) * size
+        self.per_epoch = sharding.steps_per_epoch(self.data.num_train_examples,
+                                                  step_batch(cfg), size)
+        epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, self.per_epoch)
+        if self.per_epoch and in_epoch == self.per_epoch:  # a grown ring: epoch done
+            epoch, in_epoch = epoch + 1, 0
+        self.total = start.step + (cfg.train.epochs - epoch) * self.per_epoch - in_epoch
+        if cfg.train.max_steps:
+            self.total = min(self.total, cfg.train.max_steps)
+        self.global_step = start.step
+        self.position = Position(start.step, epoch, in_epoch * per_step)
+        return in_epoch
+
+    def _advance(self) -> bool:
+        """Moves the position one step on; returns whether that ended an epoch."""
+        per_step = step_batch(self.config) * self.backend.info.size
+        p = self.position
+        examples = p.epoch_examples + per_step
+        done = examples // per_step >= self.per_epoch
+        self.position = Position(self.global_step, p.epoch + done, 0 if done else examples)
+        return done
+
+    def _epoch_batches(self, in_epoch: int):
+        """This rank's batches from the position to the last step (no further epochs)."""
+        cfg, epoch = self.config, self.position.epoch
+        epochs = min(cfg.train.epochs,
+                     epoch + -(-(in_epoch + self.total - self.global_step) // self.per_epoch))
+        return pipeline.epoch_batches(
+            self.data, self.backend, batch_size=step_batch(cfg), seed=cfg.runtime.seed,
+            threads=cfg.data.data_threads, per_epoch=self.per_epoch, epochs=epochs,
+            start_step=epoch * self.per_epoch + in_epoch)
+
+    # -- one step ---------------------------------------------------------------------
+
+    def _fetch(self, batch_iter):
+        """The next batch eagerly, and the seconds that took (~1 ms of handover even
+        with a batch ready, which the fused path avoids; see feed.py)."""
+        start = time.perf_counter()
+        x, y = next(batch_iter)
+        return x, y, time.perf_counter() - start
+
+    def _run(self, batch_iter, controls):
+        """One step on the next batch: (loss, finite, stop, seconds waited for it, split)."""
+        if self.instrument and self.backend.supports_split_step and \
+                sample_split(self.global_step + 1, self.config.train.log_every):
+            x, y, waited = self._fetch(batch_iter)
+            loss, finite, stop, parts = self.step.timed(x, y, *controls)
+            return loss, finite, stop, waited, parts
+        if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
+            x, y, waited = self._fetch(batch_iter)
+            return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None)
+        # The batch is fetched inside the compiled step (feed.py).
+        outputs, waited = self.backend.run_step_fed(self.step.fused, batch_iter, *controls)
+        return (*outputs, waited, None)
+
+    def _one_step(self, batch_iter):
+        self.observer.before_step(self.global_step + 1)
+        controls = (self.step.poison(self.global_step + 1, self.backend.info.rank),
+                    self.step.stop_vote(self.sigterm.requested))
+        t0 = time.perf_counter()
+        loss, finite, stop, waited, parts = self._run(batch_iter, controls)
+        loss, finite, waited = float(loss), float(finite), float(waited)
+        self.stop_agreed = bool(stop)
+        t2 = time.perf_counter()
+        tracing_split = False
+        if parts is not None:
+            # The first timed call traces three functions: its split says nothing.
+            if self.timed_calls > 0:
+                self.last_parts = parts
+            tracing_split = self.timed_calls == 0
+            self.timed_calls += 1
+        batch = step_batch(self.config)
+        self.meter.add(batch, waited, t2 - t0 - waited, loss)
+        # Steps that trace (the first fused one, the first split one) are set-up, not
+        # throughput: the summary's samples/s leaves them out.
+        if self.graph_facts["collective_ops_per_step"] is not None and not tracing_split:
+            self.train_seconds += t2 - t0
+            self.train_samples += batch
+        else:  # this process's first step (traced): timed out, collectives counted
+            self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
+            # Inspecting the graph is set-up, not training: off the interval's clock.
+            self.meter.excluded_s += time.perf_counter() - t2
+        self.global_step += 1
+        self.watchdog.beat(self.global_step)
+        self.observer.after_step(self.global_step)
+        self._check_finite(finite > 0.5)
+
+    def _check_finite(self, finite: bool):
+        """Every rank holds the same verdict (agreed in the step), so all stop together."""
+        if finite:
+            self.nonfinite_run = 0
+            return
+        self.skipped_steps += 1
+        self.nonfinite_run += 1
+        logging.warning("step %d: non-finite gradients; step skipped on every rank "
+                        "(loss scale now %g)", self.global_step,
+                        float(self.step.loss_scale.scale.numpy()))
+        if self.nonfinite_run >= self.config.speed.max_nonfinite_steps:
+            raise TrainingDiverged(
+                f"training diverged: gradients were non-finite for {self.nonfinite_run} "
+                f"consecutive steps (--max_nonfinite_steps) up to step {self.global_step}. "
+                f"Fix: lower --learning_rate, use --precision=mixed_bfloat16 or fp32, or "
+                f"add --warmup_epochs")
+
+    # -- records ----------------------------------------------------------------------
+
+    def _log_interval(self):
+        """Every rank: one gather of [loss, samples/s, GPU figures] per rank; the chief's
+        observer prints and records the result, everyone else's does nothing."""
+        from horovod_train.observe.nvml import combine
+        m = self.meter
+        gpu = self.gpu.sample() if self.gpu else [0.0, 0.0, 0.0]
+        before = time.perf_counter()
+        rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
+        # The gather waits for the slowest rank (e.g. one still tracing): that wait is
+        # this interval's, shown as "sync".
+        now = time.perf_counter()
+        m.sync_s = now - before
+        self.meter = metrics.IntervalMeter(started=now)
+        loss = float(rows[:, 0].mean())
+        self.loss_history.append((self.global_step, loss))
+        gpu_util, gpu_mem = combine(rows[:, 2:5].tolist())
+        split = self.last_parts if self.instrument else None
+        self.observer.interval({
+            "step": self.global_step, "total_steps": self.total, "steps": m.steps,
+            "loss": loss, "samples_per_sec": float(rows[:, 1].sum()),
+            "samples_per_sec_per_rank": [float(r) for r in rows[:, 1]],
+            # This rank's (the chief's) clocks; the split from the latest sampled step.
+            "seconds_per_step": m.seconds_per_step(split, now), "sampled_split_s": split,
+            "learning_rate": self.lr.value_at(self.global_step - self.skipped_steps),
+            "loss_scale": float(self.step.loss_scale.scale.numpy()),
+            "gpu_util_pct": gpu_util, "gpu_mem_mib": gpu_mem})
+
+    def _evaluate(self, label):
+        from horovod_train.step import evaluate
+        # Evaluation runs outside any strategy.run, on this rank's plain shard; the
+        # counts are summed over ranks afterwards.
+        started = time.perf_counter()
+        info = self.backend.info
+        ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
+        accuracy, loss, count = evaluate(self.model, ds, self.backend)
+        self.accuracy_history.append((self.global_step, accuracy))
+        self.eval_loss_history.append((self.global_step, loss))
+        self.observer.evaluation(label, {"step": self.global_step, "accuracy": accuracy,
+                                         "loss": loss, "count": count,
+                                         "seconds": time.perf_counter() - started})
+        # Evaluation and its report are not training time.
+        self.meter.excluded_s += time.perf_counter() - started
+        self.watchdog.beat(self.global_step)
+        return accuracy

@@ -1,0 +1,129 @@
+"""The one loop (trainer.Trainer) under its two kinds of state keeper, in one process:
+the checkpoint keeper, and a keeper that re-forms a "ring" at another world size
+mid-epoch, as an elastic run does, without Horovod."""
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tf
+
+tf = pytest.importorskip("tensorflow")
+import keras  # noqa: E402
+
+import models  # noqa: E402
+from horovod_train import checkpoint, loop  # noqa: E402
+from horovod_train import config as cfg  # noqa: E402
+from horovod_train import data as data_lib  # noqa: E402
+from horovod_train.backends.base import ProcessInfo  # noqa: E402
+from horovod_train.backends.local import LocalBackend  # noqa: E402
+from horovod_train.data import sharding  # noqa: E402
+from horovod_train.trainer import CheckpointKeeper, Position, Trainer  # noqa: E402
+
+BATCH = 32
+
+
+def _trainer(epochs=2, log_every=8):
+    config = cfg.RunConfig(
+        model="digits_mlp",
+        train=cfg.TrainConfig(epochs=epochs, log_every=log_every, eval_every_epochs=1,
+                              eval_at_start=True),
+        runtime=cfg.RuntimeConfig(backend="local"))
+    keras.utils.set_random_seed(0)
+    backend = LocalBackend()
+    backend.setup()
+    data = data_lib.load(config.data)
+    per_epoch = sharding.steps_per_epoch(data.num_train_examples, BATCH, 1)
+    model = models.get_model(config.model, input_shape=data.input_shape,
+                             num_classes=data.num_classes)
+    optimizer = loop.make_optimizer(config.optim, 1, per_epoch)
+    optimizer.build(model.trainable_variables)
+    return Trainer(config, backend, data, model, optimizer, per_epoch, per_epoch * epochs,
+                   learning_rate=loop.lr_schedule(config.optim, 1, per_epoch))
+
+
+def _steps(history):
+    return [step for step, _ in history]
+
+
+def test_plain_run_evaluates_at_start_after_each_epoch_and_logs_the_last_step():
+    trainer = _trainer(epochs=3)
+    keeper = CheckpointKeeper(checkpoint.Checkpointer(trainer.config, trainer.backend, [],
+                                                      trainer.per_epoch), trainer.per_epoch, BATCH)
+    trainer.train(keeper)
+    per_epoch, total = trainer.per_epoch, trainer.total
+    assert trainer.global_step == total == 3 * per_epoch and total % 8
+    assert _steps(trainer.accuracy_history) == [0, per_epoch, 2 * per_epoch, total]
+    assert _steps(trainer.loss_history) == [*range(8, total, 8), total]
+    assert trainer.position == Position(total, 3, 0)
+
+
+class _Resize(Exception):
+    pass
+
+
+class ResizingKeeper:
+    """Commits to memory every `commit_every` steps; at step `resize_at` the "ring"
+    breaks, rolls back to the last commit and re-forms at world size `new_size`."""
+
+    saves_on_stop = False
+
+    def __init__(self, trainer, commit_every, resize_at, new_size):
+        self.trainer, self.commit_every = trainer, commit_every
+        self.resize_at, self.new_size = resize_at, new_size
+        self.variables = list(trainer.model.variables) + list(trainer.step.optimizer.variables)
+        self.commit(Position())
+        self.starts, self.pauses = [], 0
+
+    def commit(self, position):
+        self.committed = (Position(position.step, position.epoch, position.epoch_examples),
+                          [v.numpy() for v in self.variables])
+
+    def run(self, attempt, pause):
+        while True:
+            try:
+                return attempt()
+            except _Resize:
+                pause()
+                self.pauses += 1
+                for variable, value in zip(self.variables, self.committed[1]):
+                    variable.assign(value)
+                backend = self.trainer.backend
+                backend.info = ProcessInfo(0, self.new_size)  # this process is rank 0 of it
+
+    def restore(self):
+        position = self.committed[0]
+        self.starts.append((position, self.trainer.backend.info.size))
+        return Position(position.step, position.epoch, position.epoch_examples,
+                        launch_start=position.step == 0)
+
+    def after_step(self, position, last):
+        if position.step % self.commit_every == 0:
+            self.commit(position)
+        if position.step == self.resize_at and not self.pauses:
+            raise _Resize()
+
+    def facts(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def test_a_ring_re_formed_at_another_size_is_re_placed_mid_epoch():
+    """Size 1 -> 2 at step 12, rolled back to the commit at step 10: the epoch goes on
+    from its 320th example on the two-rank grid; the start is not evaluated again, the
+    epoch's end and the last step are."""
+    trainer = _trainer(epochs=2)
+    keeper = ResizingKeeper(trainer, commit_every=5, resize_at=12, new_size=2)
+    trainer.train(keeper)
+    n = trainer.data.num_train_examples
+    per_epoch_2 = sharding.steps_per_epoch(n, BATCH, 2)
+    done_in_epoch = 10 * BATCH // (2 * BATCH)  # examples consumed at the commit, in steps of 2
+    epoch_end = 10 + per_epoch_2 - done_in_epoch
+    total = epoch_end + per_epoch_2
+    assert keeper.pauses == 1
+    assert keeper.starts == [(Position(), 1), (Position(10, 0, 10 * BATCH), 2)]
+    assert trainer.per_epoch == per_epoch_2 and trainer.global_step == trainer.total == total
+    assert _steps(trainer.accuracy_history) == [0, epoch_end, total]
+    # One interval before the resize (8), then every 8th step and the last one.
+    assert _steps(trainer.loss_history) == [8, *range(16, total, 8), total]
+    assert trainer.position == Position(total, 2, 0)
