@@ -81,8 +81,9 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     _ready = False  # set after __init__; guards against being wrapped (see below)
 
-    def __init__(self, inner_optimizer, accum_steps=1, loss_scaling=False,
-                 initial_scale=2.0 ** 15, dynamic_growth_steps=2000, name=None, **kwargs):
+    # name second, as in Horovod's DistributedOptimizer(optimizer, name=None, ...).
+    def __init__(self, inner_optimizer, name=None, accum_steps=1, loss_scaling=False,
+                 initial_scale=2.0 ** 15, dynamic_growth_steps=2000, **kwargs):
         super().__init__(inner_optimizer, initial_scale=initial_scale,
                          dynamic_growth_steps=dynamic_growth_steps,
                          name=name or "distributed_optimizer", **kwargs)
