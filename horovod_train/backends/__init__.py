@@ -15,11 +15,6 @@ from launch import contract
 # Backend `x` is class XBackend in module backends/x.py: the list is the contract's.
 _FACTORIES = {name: f"horovod_train.backends.{name}:{name.capitalize()}Backend"
               for name in contract.BACKENDS}
-# The run-wide options loop.run passes every backend today; tolerated (and dropped) for
-# a backend that does not take them until loop.run calls create_from_config.
-_LEGACY_RUN_OPTIONS = frozenset({
-    "collective", "collective_timeout_s", "port_base", "compression", "fusion_threshold_mb",
-    "cycle_time_ms", "hierarchical_allreduce", "timeline_path"})
 
 
 def available_backends() -> list[str]:
@@ -62,7 +57,6 @@ def create(name: str, **options):
     """Backend `name` with its own options; an option it does not take is refused."""
     cls = backend_class(name)
     accepted = options_of(name)
-    options = {k: v for k, v in options.items() if k in accepted or k not in _LEGACY_RUN_OPTIONS}
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         takes = ", ".join(accepted) or "no options"

@@ -103,6 +103,9 @@ def test_a_backend_refuses_an_option_it_does_not_take():
     assert str(err.value) == ("backend 'local': received option(s) compresion; expected only "
                               "the options it takes (compression). Fix: drop compresion, or "
                               "choose the backend they belong to")
+    with pytest.raises(backends.UsageError, match="received option\\(s\\) collective, "
+                                                  "port_base; expected only"):
+        backends.create("local", collective="ring", port_base=23456)  # mwms's, not local's
     with pytest.raises(backends.UsageError, match="compression: received 'fp8'"):
         backends.create("local", compression="fp8")
 
