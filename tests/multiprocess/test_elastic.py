@@ -102,3 +102,32 @@ def test_elastic_shrinks_on_a_lost_host_grows_back_and_ends_identical(tmp_path):
     print(f"\n[fault figures] elastic: sizes {sizes}; kill -> ring of 2 in {shrink_s:.1f} s, "
           f"rolled back to committed step {rolled_back} (~{redone} steps redone); host back -> "
           f"ring of 3 in {grow_s:.1f} s")
+
+
+def test_elastic_run_honours_eval_at_start_eval_every_epochs_and_the_final_interval(tmp_path):
+    """The elastic loop is the one loop: an evaluation at the start and after each epoch
+    but the last, and a log interval at the last step though it is no multiple of
+    --log_every. Two ranks, no resize: cheap."""
+    # Both host names listed, as above (with `localhost` alone the elastic driver never
+    # started a worker here); --max-np 2 keeps the job at two ranks.
+    _, script = _discovery(tmp_path)
+    run_dir = tmp_path / "run"
+    argv = [os.path.join(BIN, "horovodrun"), "-np", "2", "--min-np", "1", "--max-np", "2",
+            "--host-discovery-script", str(script), "--gloo", *TRAIN, "--elastic",
+            f"--elastic_commit_every={COMMIT_EVERY}", "--epochs=2", "--log_every=10",
+            "--eval_every_epochs=1", "--eval_at_start", "--model=digits_mlp",
+            "--collective_timeout_s=120", f"--summary_json={run_dir}/summary.json",
+            f"--export_weights={run_dir}/weights.npz"]
+    log = Log(start_job(argv, uuid.uuid4().hex))
+    assert log.finish() == 0, log.text[-5000:]
+    import json
+    with open(run_dir / "summary.json") as f:
+        summary = json.load(f)
+    total, per_epoch = summary["steps"], summary["steps"] // 2
+    assert summary["epochs"] == 2 and total % 10, total  # the last step ends no interval
+    assert [step for step, _ in summary["accuracy_history"]] == [0, per_epoch, total]
+    assert [step for step, _ in summary["loss_history"]] == [*range(10, total, 10), total]
+    for label in ("start", "epoch 1", "final"):
+        assert re.search(rf"eval  \| {label} \| step", log.text), label
+    assert re.search(rf"train \| step {total}/{total}", log.text), log.text[-3000:]
+    assert_ranks_identical(summary, run_dir, 2)
