@@ -83,7 +83,7 @@ def _end_run(err: BaseException, data_dir: str | None):
     2 bad input or data, 3 diverged, 75 a peer was lost, 143 stopped on SIGTERM,
     1 anything else (with its traceback: that is a bug to report)."""
     from horovod_train import stopping, watchdog
-    from horovod_train.loop import TrainingDiverged
+    from horovod_train.trainer import TrainingDiverged
     if isinstance(err, SystemExit):
         _leave(err.code if isinstance(err.code, int) else 1)
     if isinstance(err, UsageError):

@@ -234,10 +234,12 @@ class RuntimeConfig:
         check_positive("--stop_grace_s", self.stop_grace_s,
                        "pass --stop_grace_s=60 (seconds from SIGTERM to the checkpoint; below "
                        "your scheduler's kill delay)")
-        if self.elastic and self.backend not in ("auto", "horovod"):
+        elastic_ok = contract.ELASTIC_BACKENDS + ("auto",)  # auto resolves to one under horovodrun
+        if self.elastic and self.backend not in elastic_ok:
             raise usage_error("--elastic", f"with --backend={self.backend}",
-                              "--backend=horovod (elastic training is Horovod's)",
-                              "drop --elastic, or pass --backend=horovod")
+                              f"--backend={' or '.join(contract.ELASTIC_BACKENDS)} (elastic "
+                              f"training is Horovod's)",
+                              f"drop --elastic, or pass --backend={contract.ELASTIC_BACKENDS[0]}")
         if not 1024 <= self.mwms_port_base <= 65000:
             raise usage_error("--mwms_port_base", self.mwms_port_base, "a port in 1024..65000",
                               f"pass --mwms_port_base={contract.DEFAULT_MWMS_PORT_BASE}")

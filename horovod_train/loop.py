@@ -17,12 +17,7 @@ from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.data import sharding
 from horovod_train.errors import UsageError
-# The loop's names, where callers found them before the Trainer had its own module.
-from horovod_train.trainer import (SPLIT_SAMPLE_STEPS, CheckpointKeeper,  # noqa: F401
-                                   Trainer, TrainingDiverged, sample_split, step_batch)
-
-# The old private name: a fault-injection test wraps the Trainer's methods through it.
-_Trainer = Trainer
+from horovod_train.trainer import CheckpointKeeper, Trainer, step_batch
 
 
 class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):

@@ -98,17 +98,17 @@ def _raise_on_rank_1(tmp_path) -> str:
         if (os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
             import importlib.abc, sys
 
-            def _patch(loop):
-                original = loop._Trainer._log_interval
+            def _patch(trainer):
+                original = trainer.Trainer._log_interval
                 def failing(self):
                     if self.global_step >= 30:
                         raise RuntimeError("injected failure on rank 1")
                     return original(self)
-                loop._Trainer._log_interval = failing
+                trainer.Trainer._log_interval = failing
 
             class _Finder(importlib.abc.MetaPathFinder):
                 def find_spec(self, name, path, target=None):
-                    if name != "horovod_train.loop":
+                    if name != "horovod_train.trainer":
                         return None
                     sys.meta_path.remove(self)
                     import importlib.util
