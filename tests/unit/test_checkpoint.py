@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from horovod_train import checkpoint
+from horovod_train import checkpoint, writer_lock
 from horovod_train import config as cfg
 from horovod_train.errors import UsageError
 
@@ -267,8 +267,8 @@ def test_stored_shape_is_compared_before_assigning(tmp_path):
 
 _HOLDER = """
 import sys, time
-from horovod_train import checkpoint
-checkpoint.acquire_writer_lock(sys.argv[1])
+from horovod_train import writer_lock
+writer_lock.acquire_writer_lock(sys.argv[1])
 print("locked", flush=True)
 time.sleep(120)
 """
@@ -286,7 +286,7 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
     holder = _hold_lock(tmp_path, SLURM_JOB_ID="4242")
     try:
         with pytest.raises(UsageError) as err:
-            checkpoint.acquire_writer_lock(str(tmp_path))
+            writer_lock.acquire_writer_lock(str(tmp_path))
         message = str(err.value)
         assert f"pid {holder.pid}" in message and "SLURM_JOB_ID=4242" in message
         assert os.uname().nodename in message and "\n" not in message
@@ -296,20 +296,20 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
         holder.kill()
         holder.wait()
     # The kernel drops the lock of a killed holder: its relaunch is never blocked.
-    handle = checkpoint.acquire_writer_lock(str(tmp_path))
-    checkpoint.release_writer_lock(handle)
+    handle = writer_lock.acquire_writer_lock(str(tmp_path))
+    writer_lock.release_writer_lock(handle)
 
 
 def test_the_lock_is_released_on_close_and_at_exit(tmp_path):
-    handle = checkpoint.acquire_writer_lock(str(tmp_path))
-    checkpoint.release_writer_lock(handle)
+    handle = writer_lock.acquire_writer_lock(str(tmp_path))
+    writer_lock.release_writer_lock(handle)
     assert os.listdir(tmp_path) == []  # a finished run leaves its directory as it found it
     holder = _hold_lock(tmp_path)  # another process can take it now
     holder.kill()
     holder.wait()
-    assert os.listdir(tmp_path) == [checkpoint.LOCK_NAME]  # killed: stale, and harmless
-    subprocess.run([sys.executable, "-c", "import sys; from horovod_train import checkpoint; "
-                    "checkpoint.acquire_writer_lock(sys.argv[1])", str(tmp_path)],
+    assert os.listdir(tmp_path) == [writer_lock.LOCK_NAME]  # killed: stale, and harmless
+    subprocess.run([sys.executable, "-c", "import sys; from horovod_train import writer_lock; "
+                    "writer_lock.acquire_writer_lock(sys.argv[1])", str(tmp_path)],
                    cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
     assert os.listdir(tmp_path) == []  # an exit without close releases it too
 
