@@ -29,9 +29,15 @@ class DynamicLossScale:
     """Scale starts high, halves on a non-finite step, doubles after `growth_interval`
     finite steps. Plain tf.Variables so checkpoints can carry the scale."""
 
-    def __init__(self, enabled: bool, initial: float = 2.0 ** 15, growth_interval: int = 2000):
-        self.enabled = enabled
-        self.growth_interval = growth_interval
+    def __init__(self, enabled: bool, initial: float = 2.0 ** 15, growth_interval: int = 2000,
+                 variables=None):
+        """`variables`: an existing (scale, good_steps) pair to run the rule on, e.g. the
+        Keras optimizer's own variables, which are saved and broadcast with it."""
+        self.enabled = bool(enabled)
+        self.growth_interval = int(growth_interval)
+        if variables is not None:
+            self.scale, self.good_steps = variables
+            return
         self.scale = tf.Variable(initial if enabled else 1.0, trainable=False, dtype=tf.float32,
                                  name="loss_scale")
         self.good_steps = tf.Variable(0, trainable=False, dtype=tf.int64, name="loss_scale_good_steps")

@@ -113,8 +113,10 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
             self.dynamic_scale = self.add_variable(
                 (), keras.initializers.Constant(initial), dtype="float32", name="dynamic_scale")
             self.skipped = self.add_variable((), "zeros", dtype="int", name="skipped_steps")
-            self._loss_scale = OptimizerLossScale(self.loss_scaling, self.dynamic_growth_steps,
-                                                  self.dynamic_scale, self.step_counter)
+            # The optimizer's own Keras variables: saved, restored and broadcast with it.
+            self._loss_scale = precision.DynamicLossScale(
+                self.loss_scaling, growth_interval=self.dynamic_growth_steps,
+                variables=(self.dynamic_scale, self.step_counter))
 
     def build(self, var_list):
         self._build_scale()
@@ -214,15 +216,3 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         config = super().get_config()
         config.update(accum_steps=self.accum_steps, loss_scaling=self.loss_scaling)
         return config
-
-
-class OptimizerLossScale(precision.DynamicLossScale):
-    """precision.DynamicLossScale's rule (scale_loss, unscale, update) on the optimizer's
-    own Keras variables: they are saved with it, restored with it and broadcast with
-    its state. DynamicLossScale's constructor would make tf.Variables of its own."""
-
-    def __init__(self, enabled, growth_interval, scale, good_steps):  # noqa: super not called
-        self.enabled = bool(enabled)
-        self.growth_interval = int(growth_interval)
-        self.scale = scale
-        self.good_steps = good_steps
