@@ -1,33 +1,3 @@
-"""Shared test helpers. Tests that need TF import it themselves (tier 'tf')."""
-import os
-import subprocess
-import sys
-
-import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def child_env(**extra) -> dict:
-    """Environment for child processes: quiet TF, repo on the path, root-OK MPI."""
-    env = dict(os.environ)
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
-    # A test never inherits a launcher's identity from the shell that runs pytest.
-    for name in list(env):
-        if name.startswith(("OMPI_COMM_WORLD", "HOROVOD_RANK", "HOROVOD_SIZE", "PMI_", "SLURM_")) \
-                or name == "TF_CONFIG":
-            del env[name]
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def run_cli(args, timeout=600, env=None, cwd=None) -> subprocess.CompletedProcess:
-    """Runs a command (argv list) and returns it; never hangs past `timeout`."""
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                          env=env or child_env(), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
-
-
-@pytest.fixture
-def python():
-    return sys.executable
+"""pytest's hook file for tests/. It holds no helpers: those are in helpers.py, a plain
+module; pytest puts this directory on sys.path because this file is here, which is what
+lets every tier `from helpers import ...`."""

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from conftest import ROOT, child_env, run_cli
+from helpers import ROOT, child_env, run_cli
 from launch.ports import free_port_base
 
 BIN = os.path.dirname(sys.executable)

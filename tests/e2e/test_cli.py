@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, child_env, run_cli
+from helpers import ROOT, child_env, run_cli
 
 TRAIN = [sys.executable, "-m", "horovod_train"]
 

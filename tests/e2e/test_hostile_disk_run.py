@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from unit.test_hostile_disk import fill, tiny_tmpfs
 
 TRAIN = [sys.executable, "-m", "horovod_train", "--backend=local", "--epochs=1",

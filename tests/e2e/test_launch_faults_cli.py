@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import child_env, run_cli
+from helpers import child_env, run_cli
 
 TRAIN = [sys.executable, "-m", "horovod_train", "--max_steps=1"]
 

@@ -3,7 +3,7 @@ says so, and keeps the earlier summary's figures instead of null loss and 0 samp
 import json
 import sys
 
-from conftest import run_cli
+from helpers import run_cli
 
 TRAIN = [sys.executable, "-m", "horovod_train", "--max_steps=20", "--epochs=1",
          "--checkpoint_every=10", "--intra_op_threads=1"]

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from ranks import TRAIN, horovodrun, start_job, wait_for_path
 
 SMALL = ["--backend=local", "--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10",

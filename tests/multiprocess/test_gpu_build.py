@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, child_env, run_cli
+from helpers import ROOT, child_env, run_cli
 from ranks import assert_ranks_identical
 
 pytestmark = pytest.mark.slow

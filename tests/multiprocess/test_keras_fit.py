@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, child_env, run_cli
+from helpers import ROOT, child_env, run_cli
 from ranks import free_ports, tf_config
 
 pytestmark = pytest.mark.slow

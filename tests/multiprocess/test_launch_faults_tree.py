@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, child_env
+from helpers import ROOT, child_env
 from ranks import kill_tree, process_tree, still_running
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from ranks import BIN, TRAIN, assert_ranks_identical, load_weights, run_ranks
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, child_env
+from helpers import ROOT, child_env
 from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, free_ports, horovodrun,
                    load_weights, mpirun, only_chief_files, run_ranks, tf_config)
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import child_env, run_cli
+from helpers import child_env, run_cli
 from ranks import horovodrun
 
 pytestmark = pytest.mark.slow

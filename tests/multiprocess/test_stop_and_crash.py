@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from ranks import (assert_ranks_identical, free_ports, horovodrun, mpirun, rank_pid, run_ranks,
                    start_job, tf_config)
 

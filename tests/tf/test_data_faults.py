@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import child_env, run_cli
+from helpers import child_env, run_cli
 
 pytestmark = pytest.mark.tf
 

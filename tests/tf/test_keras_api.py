@@ -21,7 +21,7 @@ from horovod_train.keras import callbacks as kc  # noqa: E402
 from horovod_train.keras import sharding  # noqa: E402
 from horovod_train.errors import UsageError  # noqa: E402
 
-from conftest import ROOT, child_env  # noqa: E402
+from helpers import ROOT, child_env  # noqa: E402
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from horovod_train import checkpoint, writer_lock
 from horovod_train import config as cfg
 from horovod_train.errors import UsageError

@@ -3,7 +3,7 @@ error by class name and message (the tf tier checks it on real pipeline errors).
 import subprocess
 import sys
 
-from conftest import ROOT, child_env
+from helpers import ROOT, child_env
 from horovod_train.data.errors import describe_data_error
 
 

@@ -4,7 +4,7 @@ import os
 import socket
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location("hostile_inputs",
                                                os.path.join(ROOT, "scripts", "hostile_inputs.py"))

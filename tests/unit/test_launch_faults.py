@@ -177,7 +177,7 @@ def wait_for_tree(root: int, size: int, timeout: float = 20) -> dict[int, int]:
                          ids=["shell-and-grandchild", "ignores-sigterm"])
 def test_sigkilled_launcher_takes_its_whole_tree_with_it(command, size):
     """Item 6: every child and grandchild of `python -m launch run` kept running."""
-    from conftest import ROOT, child_env
+    from helpers import ROOT, child_env
     from ranks import kill_tree, still_running
     launcher = subprocess.Popen([sys.executable, "-m", "launch", "run", "--backend", "mwms",
                                  "-H", "localhost:2", "--", *command], cwd=ROOT,
