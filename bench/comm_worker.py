@@ -85,7 +85,7 @@ def m4(tf, backend, comm, clock, args) -> dict:
     them), one tensor of the same total, and mpi4py per tensor / in one buffer."""
     import numpy as np
     from mpi4py import MPI
-    hvd = backend._hvd
+    import horovod.tensorflow as hvd  # bare Horovod beside ours; setup() ran hvd.init
     n = args.tensor_kib * 1024 // 4
     small = [tf.fill([n], float(i)) for i in range(args.tensors)]
     whole = [tf.ones([n * args.tensors])]
