@@ -1,6 +1,7 @@
 """The drop-in API for people who keep their own Keras 3 `model.fit` script.
 
-    import horovod_train.keras as htk
+After `import horovod_train.keras as htk`:
+
     strategy = htk.Strategy(backend="auto")            # first, before any TF op
     x, y = strategy.shard((x, y))                      # this rank's share
     with strategy.scope():
