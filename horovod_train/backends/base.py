@@ -114,5 +114,11 @@ class Backend(abc.ABC):
     def broadcast_variables(self, variables):
         """Copies rank 0's values into `variables` (Keras 3 variables) on every rank."""
 
+    def tensor_ops(self):
+        """The tensor collectives scripts call by Horovod's names (backends/ops.py);
+        not used by the training loop."""
+        from horovod_train.backends.ops import TensorOps
+        return TensorOps(self)
+
     def barrier(self):
         """Returns once every rank has called it."""
