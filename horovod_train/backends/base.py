@@ -104,9 +104,10 @@ class Backend(abc.ABC):
         """Averages a tensor over ranks, eagerly (metrics and collective decisions)."""
         return value
 
-    def graph_mean(self, tensors) -> list:
+    def graph_mean(self, tensors, compression=None) -> list:
         """Averages tensors over ranks from inside a plain tf.function, outside any
-        replica context (the Keras drop-in's train step); compression applies as in
+        replica context (the Keras drop-in's train step); `compression` (a name in
+        contract.COMPRESSIONS, None: the backend's own) applies as in
         allreduce_gradients. Every rank must call it with the same shapes, in the same
         order. One process: the tensors themselves."""
         return list(tensors)

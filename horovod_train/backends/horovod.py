@@ -102,23 +102,24 @@ class HorovodBackend(Backend):
                                    chief=self.info.is_chief)
         return self.info
 
-    def allreduce_gradients(self, grads):
+    def allreduce_gradients(self, grads, compression=None):
         # One grouped call: Horovod fuses the whole group into as few ring passes as
         # the fusion buffer allows, and every rank submits them in the same order.
         grads = list(grads)
-        if self.compression == "bf16":
+        compression = compression or self.compression
+        if compression == "bf16":
             return self._allreduce_bf16(grads)
-        wire = tf.float16 if self.compression == "fp16" else None
+        wire = tf.float16 if compression == "fp16" else None
         sent = [tf.cast(g, wire) if wire else g for g in grads]
         self.wire_bytes_per_step = sum(g.shape.num_elements() * g.dtype.size for g in sent)
         reduced = self._hvd.grouped_allreduce(sent, op=self._hvd.Average)
         return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)]
 
-    def graph_mean(self, tensors) -> list:
+    def graph_mean(self, tensors, compression=None) -> list:
         # Horovod's ops run in any tf.function, replica context or not.
         if self.info.size == 1:
             return list(tensors)
-        return self.allreduce_gradients(tensors)
+        return self.allreduce_gradients(tensors, compression)
 
     def _allreduce_bf16(self, grads):
         """bfloat16 on the wire. Horovod's reduction kernels refuse bfloat16, so the
@@ -145,3 +146,7 @@ class HorovodBackend(Backend):
         # horovod.tensorflow has no barrier; a scalar allreduce returns only once
         # every rank has submitted it.
         self._hvd.allreduce(tf.constant(0.0), op=self._hvd.Sum, name="horovod_train_barrier")
+
+    def tensor_ops(self):
+        from horovod_train.backends.horovod_ops import HorovodOps
+        return HorovodOps(self, self._hvd)

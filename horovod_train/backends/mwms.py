@@ -117,10 +117,11 @@ class MwmsBackend(Backend):
         summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, sent)
         return [tf.cast(r, g.dtype) for r, g in zip(summed, grads)]
 
-    def wire_dtype(self, g):
-        return {"none": g.dtype, "fp16": tf.float16, "bf16": tf.bfloat16}[self.compression]
+    def wire_dtype(self, g, compression=None):
+        return {"none": g.dtype, "fp16": tf.float16,
+                "bf16": tf.bfloat16}[compression or self.compression]
 
-    def graph_mean(self, tensors) -> list:
+    def graph_mean(self, tensors, compression=None) -> list:
         """CollectiveReduceV2 on the collective runtime the strategy configured, outside
         strategy.run (where the Keras drop-in's train step runs).
 
@@ -139,7 +140,7 @@ class MwmsBackend(Backend):
         previous, wire_bytes = [], 0
         for dtype, idx in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
             flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idx], 0)
-            wire = self.wire_dtype(flat) if dtype.is_floating else dtype
+            wire = self.wire_dtype(flat, compression) if dtype.is_floating else dtype
             with tf.control_dependencies(previous):  # one order on every rank
                 reduced = tf.raw_ops.CollectiveReduceV2(
                     input=tf.cast(flat, wire), group_size=self.info.size,
