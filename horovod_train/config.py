@@ -161,6 +161,9 @@ class TrainConfig:
     checkpoint_every: str = option("1e", "Checkpoint cadence: N steps, or Ne epochs (e.g. 500 "
                                    "or 1e).")
     keep_checkpoints: int = option(3, "Newest checkpoints kept.")
+    divergence_check_steps: int = option(
+        0, "Also compare a checksum of the trainable weights across ranks every N steps "
+        "(always at epoch ends); ranks that differ stop the job (exit 4). 0 = epoch ends only.")
 
     def __post_init__(self):
         check_positive("--epochs", self.epochs)
@@ -170,6 +173,11 @@ class TrainConfig:
                               "pass --max_steps=N with N > 0, or 0")
         check_positive("--keep_checkpoints", self.keep_checkpoints)
         self.checkpoint_interval(1)  # validates --checkpoint_every
+        if self.divergence_check_steps < 0:
+            raise usage_error("--divergence_check_steps", self.divergence_check_steps,
+                              "0 (epoch ends only) or a positive step count",
+                              "pass --divergence_check_steps=0, or N > 0 to also check "
+                              "every N steps")
         if self.eval_every_epochs < 0:
             raise usage_error("--eval_every_epochs", self.eval_every_epochs, "an integer >= 0",
                               "pass --eval_every_epochs=1")
