@@ -116,11 +116,21 @@ class RanksDiverged(RuntimeError):
         super().__init__(message(self.ranks, step, where))
 
 
+def _has_peers(backend) -> bool:
+    """More than one rank, reached by a collective. The base class's allreduce_mean is
+    the one-process identity (its defaults are "no communication"): a backend that keeps
+    it has nobody to compare with, whatever its info says (a test that re-forms a
+    "ring" of two in one process), and a gathered table would hold zeros for the peer."""
+    from horovod_train.backends.base import Backend
+    return backend.info.size > 1 and \
+        type(backend).allreduce_mean is not Backend.allreduce_mean
+
+
 def check(backend, variables, step: int, where: str):
     """Compares `variables` across ranks, eagerly; raises RanksDiverged on every rank
     if any rank's differ (all ranks hold the same gathered rows, so all decide alike).
-    Returns the rows, or None on one rank (nothing to compare, no collective)."""
-    if backend.info.size == 1:
+    Returns the rows, or None without peers (one rank: no collective)."""
+    if not _has_peers(backend):
         return None
     rows = gather(backend, checksum(variables))
     ranks = differing_ranks(rows)

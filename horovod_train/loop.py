@@ -136,6 +136,7 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         "samples_per_sec": sum(per_rank),
         "samples_per_sec_per_rank": per_rank,
         "weight_digests": digests,
+        "divergence_checks": trainer.divergence_checks,  # cross-rank comparisons that passed
         "wall_seconds": time.perf_counter() - wall_start,
         "config": config.to_dict(),
     }

@@ -18,15 +18,16 @@ keeper (elastic.py) commits it to memory. Every attempt re-places the loop on th
 current world size's grid (`_place`), so a resized ring resumes mid-epoch.
 
 Every decision that ends or shapes the loop (steps per epoch, when to log, when to
-sample timings, when to evaluate) is a function of the config, the data size and the
-position, which every rank knows identically, so collectives always line up.
+sample timings, when to evaluate, when to compare the ranks' weights: divergence.py) is
+a function of the config, the data size and the position, which every rank knows
+identically, so collectives always line up.
 """
 import dataclasses
 import time
 
 from absl import logging
 
-from horovod_train import metrics, observe, precision, stopping, watchdog
+from horovod_train import divergence, metrics, observe, precision, stopping, watchdog
 from horovod_train.data import pipeline, sharding
 
 
@@ -135,6 +136,7 @@ class Trainer:
         self.sigterm = stopping.SigtermVote(config.runtime.stop_grace_s, backend.info.rank)
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
+        self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
 
     # -- the loop -------------------------------------------------------------------
 
@@ -180,6 +182,8 @@ class Trainer:
         if self.global_step % self.config.train.log_every == 0 or \
                 self.global_step == self.total:
             self._log_interval()
+        # Before the keeper's turn: weights that differ across ranks are never saved.
+        self._check_divergence(epoch_done)
         if self.stop_agreed and not keeper.saves_on_stop:
             # Nothing outlives this process (no --checkpoint_dir, or in-memory commits):
             # every rank stops here, at the step the vote came back.
@@ -297,6 +301,37 @@ class Trainer:
                 f"consecutive steps (--max_nonfinite_steps) up to step {self.global_step}. "
                 f"Fix: lower --learning_rate, use --precision=mixed_bfloat16 or fp32, or "
                 f"add --warmup_epochs")
+
+    def _divergence_point(self, epoch_done: bool) -> str | None:
+        """Where this step's weights are compared across ranks, or None: every epoch end,
+        every --divergence_check_steps steps, and the last step (a run cut short by
+        --max_steps mid-epoch is checked too). A function of the position alone, the same
+        on every rank, so every rank joins the same collectives."""
+        every = self.config.train.divergence_check_steps
+        if epoch_done:
+            return f"epoch {self.position.epoch} end"
+        if every and self.global_step % every == 0:
+            return f"step {self.global_step} (--divergence_check_steps={every})"
+        if self.global_step == self.total:
+            return "the last step"
+        return None
+
+    def _check_divergence(self, epoch_done: bool):
+        """Raises divergence.RanksDiverged on every rank if any rank's trainable weights
+        differ from rank 0's. Non-trainable state (BatchNorm statistics, from each rank's
+        own batches) may differ by design and is left out."""
+        where = self._divergence_point(epoch_done)
+        if where is None:
+            return
+        rows = divergence.check(self.backend, self.model.trainable_variables,
+                                self.global_step, where)
+        if rows is None:  # one rank: nothing to compare
+            return
+        if not self.divergence_checks:  # once, to show the guard is on; then silent
+            every = self.config.train.divergence_check_steps
+            logging.info("divergence | weights identical on %d ranks at %s (checked at epoch "
+                         "ends%s)", len(rows), where, f" and every {every} steps" if every else "")
+        self.divergence_checks += 1
 
     # -- records ----------------------------------------------------------------------
 
