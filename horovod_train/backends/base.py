@@ -115,6 +115,12 @@ class Backend(abc.ABC):
     def broadcast_variables(self, variables):
         """Copies rank 0's values into `variables` (Keras 3 variables) on every rank."""
 
+    def elastic_driver(self, owner):
+        """What hvd.elastic's KerasState needs of an elastic runtime (host updates, the
+        restart loop), or None: this backend cannot re-form its ring, so an elastic
+        script runs once and a lost rank ends the job."""
+        return None
+
     def tensor_ops(self):
         """The tensor collectives scripts call by Horovod's names (backends/ops.py);
         not used by the training loop."""

@@ -150,3 +150,7 @@ class HorovodBackend(Backend):
     def tensor_ops(self):
         from horovod_train.backends.horovod_ops import HorovodOps
         return HorovodOps(self, self._hvd)
+
+    def elastic_driver(self, owner):
+        from horovod_train.backends import horovod_elastic
+        return horovod_elastic.KerasDriver(self, owner)

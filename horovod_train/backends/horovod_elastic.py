@@ -11,6 +11,8 @@ rank 0.
 horovod.tensorflow.elastic's Keras state calls optimizer.variables() (a Keras 2 API),
 so under Keras 3 we keep our own State over the same variables the checkpoints hold.
 """
+import os
+
 import tensorflow as tf
 from absl import logging
 from horovod.common import elastic as hvd_elastic
@@ -108,3 +110,33 @@ class Ring:
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt when the driver saw hosts come or go."""
         self.state.check_host_updates()
+
+
+class KerasDriver(hvd_elastic.State):
+    """Horovod's side of horovod_train.keras.elastic.KerasState (the owner): the host
+    updates Horovod's driver announces, reset callbacks, and the restart loop. Horovod's
+    own Keras state reads optimizer.variables() (a Keras 2 API), so the owner keeps the
+    Keras 3 state and this forwards Horovod's calls to it."""
+
+    def __init__(self, backend, owner):
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank)
+        self.backend, self.owner = backend, owner
+
+    def save(self):
+        self.owner.save()
+
+    def restore(self):
+        self.owner.restore()
+
+    def sync(self):
+        refresh_info(self.backend)  # after a re-formed ring: the new rank and size
+        self.owner.sync()
+
+    def run(self, func, args, kwargs):
+        """func(owner, *args, **kwargs) under Horovod's restart loop when horovodrun
+        runs elastic; once (after a sync) otherwise, where no driver re-forms a ring."""
+        if os.environ.get("HOROVOD_ELASTIC") != "1":
+            self.sync()
+            return func(self.owner, *args, **kwargs)
+        return run_elastic(lambda driver, *a, **k: func(driver.owner, *a, **k))(
+            self, *args, **kwargs)

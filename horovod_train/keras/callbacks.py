@@ -9,8 +9,11 @@ import tensorflow as tf
 
 from horovod_train import schedules
 from horovod_train.errors import UsageError
+from horovod_train.keras import divergence_guard, state
 from horovod_train.keras.jit import compile_around_collectives
-from horovod_train.keras.optimizer import check_compiled_optimizer
+from horovod_train.keras.lr_callbacks import (LearningRateScheduleCallback,
+                                              LearningRateWarmupCallback)
+from horovod_train.keras.optimizer import DistributedOptimizer, check_compiled_optimizer
 
 
 class BroadcastInitialState(keras.callbacks.Callback):
@@ -34,6 +37,9 @@ class BroadcastInitialState(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not self.done:
             self._broadcast()
+
+    def on_epoch_end(self, epoch, logs=None):
+        divergence_guard.epoch_end(self.strategy, self.model, epoch)
 
     def _broadcast(self):
         opt = self.model.optimizer
@@ -145,3 +151,96 @@ class ChiefProgbar(keras.callbacks.ProgbarLogger):
         if not self.is_chief:
             self.verbose = 0
 
+
+# ---- Horovod's names (hvd.callbacks.*): the job is the process's joined strategy -------
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """root_rank's model weights and optimizer state on every rank, once, before the
+    first update (at train begin when the model is built, else after the first batch,
+    as Horovod's); `local_variables` keep each rank's own values. At every epoch end,
+    the divergence guard compares the ranks' trainable weights."""
+
+    def __init__(self, root_rank, device="", local_variables=None):
+        super().__init__()
+        self.root_rank = root_rank
+        self.local_ids = {id(v) for v in (local_variables or [])}
+        self.done = False
+
+    def register_local_var(self, var):
+        self.local_ids.add(id(var))
+
+    def on_train_begin(self, logs=None):
+        strategy = state.require("BroadcastGlobalVariablesCallback")
+        if isinstance(self.model.optimizer, DistributedOptimizer):
+            compile_around_collectives(self.model, strategy)
+        if not self.done and self.model.built and self.model.weights:
+            self._broadcast()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.done:
+            self._broadcast()
+
+    def on_epoch_end(self, epoch, logs=None):
+        divergence_guard.epoch_end(state.require("BroadcastGlobalVariablesCallback"),
+                                   self.model, epoch, self.local_ids)
+
+    def _broadcast(self):
+        opt = self.model.optimizer
+        if opt is not None and not opt.built:
+            opt.build(self.model.trainable_variables)
+        variables = list(self.model.weights) + (list(opt.variables) if opt is not None else [])
+        shared = [v for v in variables if id(v) not in self.local_ids]
+        ops = state.require("BroadcastGlobalVariablesCallback").backend.tensor_ops()
+        ops.broadcast_variables(shared, self.root_rank)
+        self.done = True
+
+
+class MetricAverageCallback(MetricAverage):
+    """Horovod's: the epoch-end metrics averaged over ranks (before the callbacks after
+    it see them). Only the metrics, as Horovod's: model state is left alone."""
+
+    def __init__(self, device=""):
+        super().__init__(strategy=None, sync_state=False)
+
+    @property
+    def strategy(self):
+        return state.require("MetricAverageCallback")
+
+    @strategy.setter
+    def strategy(self, value):
+        """Set by MetricAverage.__init__ (None): the joined strategy is read instead."""
+
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: keras ModelCheckpoint(save_best_only=True), written by the chief only.
+    Horovod's estimators set `filepath` afterwards; a script passes filepath= here."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch", filepath=None):
+        placeholder = "best.weights.h5" if save_weights_only else "best.keras"
+        super().__init__(filepath or placeholder, monitor=monitor, verbose=verbose,
+                         save_best_only=True, save_weights_only=save_weights_only, mode=mode,
+                         save_freq=save_freq)
+        self.filepath = filepath
+
+    def on_train_begin(self, logs=None):
+        if not self.filepath:
+            raise UsageError("BestModelCheckpoint: received no filepath; expected where to "
+                             "write the best model. Fix: BestModelCheckpoint(filepath="
+                             "'best.keras', monitor='val_loss'), or set callback.filepath")
+        super().on_train_begin(logs)
+
+    def _chief(self) -> bool:
+        return state.require("BestModelCheckpoint").is_chief
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._chief():
+            super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._chief():
+            super().on_epoch_end(epoch, logs)
+
+
+__all__ = ["BroadcastInitialState", "MetricAverage", "LearningRateWarmup", "ChiefProgbar",
+           "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+           "LearningRateWarmupCallback", "LearningRateScheduleCallback", "BestModelCheckpoint"]

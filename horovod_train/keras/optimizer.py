@@ -6,14 +6,18 @@ gradients (ranks could disagree and hang). Loss scaling wraps the reduction, as 
 horovod_train.step: scaled gradients are reduced, then unscaled and checked, so every
 rank sees the same numbers and skips or applies the same steps.
 """
+import types
+
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from horovod_train import precision
+from horovod_train.backends.ops import ReduceOp
 from horovod_train.errors import UsageError
-from horovod_train.keras import state
+from horovod_train.keras import divergence_guard, hvd_options, state
+from horovod_train.keras.hvd_options import DEFAULT_DIVERGENCE_CHECK_STEPS
 from horovod_train.keras.guards import native_scope_error, reject_native_strategy
 
 
@@ -81,14 +85,31 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     _ready = False  # set after __init__; guards against being wrapped (see below)
 
-    # name second, as in Horovod's DistributedOptimizer(optimizer, name=None, ...).
-    def __init__(self, inner_optimizer, name=None, accum_steps=1, loss_scaling=False,
-                 initial_scale=2.0 ** 15, dynamic_growth_steps=2000, **kwargs):
+    # Horovod's signature, in Horovod's order, then ours (keyword only).
+    def __init__(self, inner_optimizer, name=None, device_dense="", device_sparse="",
+                 compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                 op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
+                 num_groups=0, groups=None, process_set=None, scale_local_gradients=True, *,
+                 accum_steps=None, loss_scaling="auto", initial_scale=2.0 ** 15,
+                 dynamic_growth_steps=2000,
+                 divergence_check_steps=DEFAULT_DIVERGENCE_CHECK_STEPS, **kwargs):
+        opts = hvd_options.resolve(
+            compression=compression, op=op, gradient_predivide_factor=gradient_predivide_factor,
+            backward_passes_per_step=backward_passes_per_step, accum_steps=accum_steps,
+            average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+            num_groups=num_groups, process_set=process_set,
+            divergence_check_steps=divergence_check_steps)
+        inner_optimizer, loss_scaling, initial_scale, dynamic_growth_steps = unwrap_optimizer(
+            inner_optimizer, opts.accum_steps, loss_scaling, initial_scale, dynamic_growth_steps)
         super().__init__(inner_optimizer, initial_scale=initial_scale,
                          dynamic_growth_steps=dynamic_growth_steps,
-                         name=name or "distributed_optimizer", **kwargs)
-        self.accum_steps = int(accum_steps)
+                         name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
+        self.opts = opts
+        self.accum_steps = opts.accum_steps
         self.loss_scaling = bool(loss_scaling)
+        self.scale_local_gradients = bool(scale_local_gradients)
+        self._local_ids = set()  # register_local_var: reduced nowhere, scaled by 1/size
+        self._reduced_ids = set()  # gradients compute_gradients already reduced
         self._strategy = None  # bound by Strategy.distributed_optimizer, else the active one
         self._inject = None
         self.xla = None  # jit.XlaParts, once fit compiles around the collectives
@@ -151,12 +172,69 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         if self.xla is not None and self.xla.calls is not None:  # traced in XLA: apply later
             self.xla.calls.append((grads, variables))
             return
-        grads = self._poisoned(grads)
-        if self.accum_steps == 1:
-            self._reduce_and_apply(grads, variables)
+        if self._reduced_ids and all(id(g) in self._reduced_ids for g in grads if g is not None):
+            self._reduced_ids.clear()  # from compute_gradients: reduced already
+            self._reduce_and_apply(grads, variables, reduced=True)
+        elif self.accum_steps == 1:
+            self._reduce_and_apply(self._poisoned(grads), variables)
         else:
-            self._accumulate(grads, variables)
+            self._accumulate(self._poisoned(grads), variables)
         self._iterations.assign_add(1)
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        """Keras's apply_gradients; Keras 2's extra arguments (Horovod's tests pass
+        experimental_aggregate_gradients=False) change nothing here and are dropped."""
+        grads_and_vars = list(grads_and_vars)
+        grads, variables = zip(*grads_and_vars) if grads_and_vars else ((), ())
+        self.apply(list(grads), list(variables))
+        return self._iterations
+
+    def compute_gradients(self, loss, var_list, tape=None):
+        """Horovod's (and Keras 2's) compute_gradients: [(gradient, variable)], the
+        gradients already averaged over ranks (without accumulation: with it, the
+        reduction waits for the k-th apply). `loss` is a tensor recorded on `tape`, or
+        a callable that is recorded here."""
+        var_list = list(var_list)
+        if callable(loss):
+            tape = tape or tf.GradientTape()
+            with tape:
+                tape.watch([_plain(v) for v in var_list])
+                loss = loss()
+        if tape is None:
+            raise UsageError("compute_gradients: received a loss tensor without its tape; "
+                             "expected tape= (the GradientTape that recorded it) or a callable "
+                             "loss. Fix: pass tape=tape, or loss=lambda: ...")
+        grads = tape.gradient(loss, [_plain(v) for v in var_list])
+        grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
+        if self.accum_steps == 1:
+            if not self.built:
+                self.build(var_list)
+            grads = self.reduce(grads, var_list)
+            self._reduced_ids = {id(g) for g in grads if g is not None}
+        return list(zip(grads, var_list))
+
+    _compute_gradients = compute_gradients  # the name Keras 2 (and Horovod's tests) use
+
+    def register_local_var(self, var):
+        """Horovod's worker-local variable: its gradient is not reduced over ranks (it is
+        divided by the world size when scale_local_gradients, as Horovod does)."""
+        self._local_ids.add(id(var))
+
+    @property
+    def iterations(self):
+        """Horovod's meaning with backward_passes_per_step (every backward pass), ours
+        with accum_steps (applied updates, Keras's LossScaleOptimizer's)."""
+        if self.opts.iterations_count_passes:
+            return self._iterations
+        return self.inner_optimizer.iterations
+
+    @property
+    def _agg_helper(self):
+        """What Horovod's tests read of its accumulation: `counter`, the micro-batches
+        accumulated since the last update (None without accumulation, as Horovod's)."""
+        if self.accum_steps == 1:
+            return None
+        return types.SimpleNamespace(counter=self._iterations % self.accum_steps)
 
     def _poisoned(self, grads):
         """The test hook: one rank's gradients become inf on one apply call. Every rank
@@ -173,26 +251,71 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         for acc, g in zip(self._accumulators, grads):
             if g is not None:
                 acc.assign_add(tf.cast(g, acc.dtype))
+        divisor = self.accum_steps if self.opts.mean_of_micro_batches else 1
 
         def flush():
-            mean = [acc.value / self.accum_steps for acc in self._accumulators]
-            self._reduce_and_apply(mean, variables)
+            total = [acc.value / divisor for acc in self._accumulators]
+            self._reduce_and_apply(total, variables)
             for acc in self._accumulators:
                 acc.assign(tf.zeros_like(acc.value))
             return tf.no_op()
         tf.cond(tf.equal((self._iterations + 1) % self.accum_steps, 0), flush, tf.no_op)
 
-    def _reduce_and_apply(self, grads, variables):
-        present = [i for i, g in enumerate(grads) if g is not None]
-        # The mean over ranks, in this plain tf.function (the backend's own collective).
-        reduced = self.strategy.backend.graph_mean([grads[i] for i in present])
-        grads = list(grads)
-        for i, g in zip(present, reduced):
-            grads[i] = g
+    def _reduce_and_apply(self, grads, variables, reduced=False):
+        if not reduced:
+            grads = self.reduce(grads, variables)
+        self._sync_at_first_update(variables)
         if self.xla is not None:  # after the collective, in an XLA function of its own
             self.xla.update(grads, variables)
         else:
             self.unscale_check_apply(grads, variables)
+        self._check_divergence(variables)
+
+    def reduce(self, grads, variables) -> list:
+        """The gradients over ranks (op, compression), local variables' kept local."""
+        grads = list(grads)
+        size = self.strategy.size
+        shared = [i for i, (g, v) in enumerate(zip(grads, variables))
+                  if g is not None and id(v) not in self._local_ids]
+        for i, g in zip(shared, self._collective([grads[i] for i in shared])):
+            grads[i] = g * tf.cast(size, g.dtype) if self.opts.op is ReduceOp.SUM else g
+        if self.scale_local_gradients and self._local_ids and size > 1:
+            for i, (g, v) in enumerate(zip(grads, variables)):
+                if g is not None and id(v) in self._local_ids:
+                    grads[i] = g / tf.cast(size, g.dtype)
+        return grads
+
+    def _collective(self, tensors) -> list:
+        backend = self.strategy.backend
+        if not tensors:
+            return []
+        if self.opts.compressor is None:
+            return backend.graph_mean(tensors)
+        if self.opts.wire is not None:
+            return backend.graph_mean(tensors, compression=self.opts.wire)
+        sent, ctxs = zip(*[self.opts.compressor.compress(t) for t in tensors])
+        reduced = backend.graph_mean(list(sent), compression="none")
+        return [self.opts.compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
+
+    def _sync_at_first_update(self, variables):
+        """Rank 0's model and optimizer state on every rank before the first update,
+        whether or not a broadcast callback runs: a script that forgets it still trains
+        one model. Once: the condition is the inner optimizer's update count."""
+        if self.strategy.size == 1:
+            return
+        ops = self.strategy.backend.tensor_ops()
+        state = _unique(list(variables) + list(self.variables))
+
+        def sync():
+            ops.broadcast_variables(state, root_rank=0)
+            return tf.no_op()
+        tf.cond(tf.equal(self.inner_optimizer.iterations, 0), sync, tf.no_op)
+
+    def _check_divergence(self, variables):
+        every = self.opts.divergence_check_steps
+        if every and self.strategy.size > 1:
+            divergence_guard.in_step(self.strategy.backend, variables,
+                                     self.inner_optimizer.iterations, every)
 
     def unscale_check_apply(self, grads, variables):
         present = [i for i, g in enumerate(grads) if g is not None]
@@ -214,5 +337,22 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(accum_steps=self.accum_steps, loss_scaling=self.loss_scaling)
+        config.update(loss_scaling=self.loss_scaling,
+                      scale_local_gradients=self.scale_local_gradients,
+                      **hvd_options.to_config(self.opts))
         return config
+
+
+def _unique(variables) -> list:
+    seen, out = set(), []
+    for v in variables:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def _plain(variable):
+    """What a GradientTape differentiates against: the tf.Variable a Keras 3 variable
+    wraps (a tf.Variable is its own)."""
+    return variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)

@@ -1,0 +1,55 @@
+"""The drop-in's divergence guard: model.fit never ends with ranks holding other models.
+
+Two checks, both comparing horovod_train.divergence's checksum of the trainable weights
+across ranks, both deciding from values every rank holds alike (so every rank stops at
+the same point, none waits for a peer that left):
+  - at each epoch end, from the broadcast callbacks (ours and Horovod's names);
+  - inside the train step, every `divergence_check_steps` updates of the
+    DistributedOptimizer (default hvd_options.DEFAULT_DIVERGENCE_CHECK_STEPS), for
+    scripts that run none of those callbacks: one small allreduce, then a verdict.
+"""
+import tensorflow as tf
+from absl import logging
+
+from horovod_train import divergence
+from horovod_train.backends.ops import ReduceOp
+
+
+def epoch_end(strategy, model, epoch: int, excluded_ids=frozenset()):
+    """Eager check at an epoch end; raises divergence.RanksDiverged on every rank."""
+    if strategy.size == 1:
+        return
+    weights = [w for w in model.trainable_weights if id(w) not in excluded_ids]
+    opt = model.optimizer
+    step = int(opt.iterations.numpy()) if opt is not None else 0
+    try:
+        divergence.check(strategy.backend, weights, step, f"the end of epoch {epoch + 1}")
+    except divergence.RanksDiverged as err:
+        logging.error("%s", err)
+        raise
+
+
+def in_step(backend, variables, iterations, every: int):
+    """Inside a tf.function: on updates that are multiples of `every`, every rank's
+    checksum (one SUM-allreduce of a [size, 2] table holding this rank's row: adding
+    zeros is exact), then the verdict, which raises on every rank alike."""
+    size, rank = backend.info.size, backend.info.rank
+    ops = backend.tensor_ops()
+    due = tf.logical_and(iterations > 0, tf.equal(iterations % every, 0))
+
+    def check():
+        local = divergence.checksum(variables)
+        table = tf.scatter_nd([[rank]], tf.reshape(local, [1, 2]), [size, 2])
+        rows = ops.allreduce(table, ReduceOp.SUM)
+        tf.py_function(_verdict, [rows, iterations], [])
+        return tf.no_op()
+    tf.cond(due, check, tf.no_op)
+
+
+def _verdict(rows, step):
+    ranks = divergence.differing_ranks(rows.numpy())
+    if ranks:
+        err = divergence.RanksDiverged(ranks, int(step.numpy()),
+                                       "an in-step check of DistributedOptimizer")
+        logging.error("%s", err)
+        raise err

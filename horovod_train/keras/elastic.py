@@ -1,0 +1,159 @@
+"""hvd.elastic for Keras 3: KerasState, run, and the three state callbacks, by Horovod's
+names and meaning.
+
+    state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+
+    @hvd.elastic.run
+    def train(state):
+        model.fit(..., initial_epoch=state.epoch, callbacks=[
+            hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
+            hvd.elastic.UpdateEpochStateCallback(state)])
+    train(state)
+
+KerasState holds the Keras 3 model's weights and its optimizer's variables (and any
+keyword attributes such as batch and epoch) in host memory: sync() gives every rank
+rank 0's, commit() saves them (and checks the driver's host changes), restore() rolls
+back. Under elastic horovodrun, run() re-forms the ring after a lost rank or a host
+change and calls the function again; under a backend that cannot (mwms, one process)
+it calls it once, after a sync.
+"""
+import copy
+import functools
+
+import keras
+
+from horovod_train.keras import horovod_api, state as job
+
+
+class KerasState:
+    def __init__(self, model, optimizer=None, **kwargs):
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        self._names = sorted(kwargs)
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self._reset_callbacks = []
+        self._driver = job.require("hvd.elastic.KerasState").backend.elastic_driver(self)
+        self._saved = None
+        self.save()
+
+    def _variables(self) -> list:
+        opt = list(self.optimizer.variables) if self.optimizer is not None else []
+        return list(self.model.weights) + opt
+
+    def save(self):
+        variables = self._variables()
+        self._saved = (variables, [keras.ops.convert_to_numpy(v) for v in variables],
+                       {n: copy.deepcopy(getattr(self, n)) for n in self._names})
+
+    def restore(self):
+        variables, values, attrs = self._saved
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        for name, value in attrs.items():
+            setattr(self, name, copy.deepcopy(value))
+
+    def sync(self):
+        """Rank 0's weights, optimizer state and attributes on every rank; then saved."""
+        horovod_api.broadcast_variables(self._variables(), root_rank=0)
+        attrs = horovod_api.broadcast_object({n: getattr(self, n) for n in self._names}, 0)
+        for name, value in attrs.items():
+            setattr(self, name, value)
+        self.save()
+
+    def commit(self):
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises Horovod's HostsUpdatedInterrupt when its driver saw hosts change."""
+        if self._driver is not None:
+            self._driver.check_host_updates()
+
+    def register_reset_callbacks(self, callbacks):
+        if self._driver is not None:
+            self._driver.register_reset_callbacks(callbacks)
+        else:
+            self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        if self._driver is not None:
+            self._driver.on_reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+
+def run(func):
+    """Horovod's @hvd.elastic.run: func(state, ...) again after every re-formed ring."""
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        if state._driver is None:
+            state.sync()
+            return func(state, *args, **kwargs)
+        return state._driver.run(func, args, kwargs)
+    return wrapper
+
+
+class CommitStateCallback(keras.callbacks.Callback):
+    """state.commit() every `batches_per_commit` batches and at each epoch end."""
+
+    def __init__(self, state, batches_per_commit=1):
+        super().__init__()
+        self.state, self.batches_per_commit = state, batches_per_commit
+        self.left = batches_per_commit
+
+    def on_train_begin(self, logs=None):
+        self.left = self.batches_per_commit  # the same count on every rank after a sync
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.left -= 1
+        if self.left == 0:
+            self.state.commit()
+            self.left = self.batches_per_commit
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.commit()
+
+
+class UpdateBatchStateCallback(keras.callbacks.Callback):
+    """state.batch follows the batch (0 at each epoch end); the first epoch after a reset
+    runs only the batches the committed state had not done."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+        self.steps_per_epoch = None
+
+    def on_train_begin(self, logs=None):
+        self.steps_per_epoch = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.params.get("steps"):
+            if self.steps_per_epoch is None:
+                self.steps_per_epoch = self.params["steps"]
+            self.params["steps"] = self.steps_per_epoch - self.state.batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.state.batch = batch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.batch = 0
+
+
+class UpdateEpochStateCallback(keras.callbacks.Callback):
+    """state.epoch counts epochs across resets (Keras's own restarts at initial_epoch)."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+        self.initial_epoch = state.epoch
+
+    def on_train_begin(self, logs=None):
+        self.initial_epoch = self.state.epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.epoch = self.initial_epoch + epoch + 1
+
+
+__all__ = ["KerasState", "run", "CommitStateCallback", "UpdateBatchStateCallback",
+           "UpdateEpochStateCallback"]

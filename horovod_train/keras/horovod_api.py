@@ -1,0 +1,245 @@
+"""Horovod's process and tensor API by Horovod's names: hvd.init(), hvd.size(), ...
+
+`import horovod_train.keras as hvd` then works as `import horovod.tensorflow.keras as
+hvd` does, on Keras 3. hvd.init() joins the job as htk.Strategy() does (the backend
+from how the process was launched: horovodrun/mpirun/srun -> horovod, TF_CONFIG ->
+mwms, alone -> local); everything else asks the joined strategy's backend, whose
+tensor_ops() (backends/ops.py) do the collectives. What a backend cannot do raises,
+naming it.
+"""
+import pickle
+
+import numpy as np
+import tensorflow as tf
+
+from horovod_train.backends.ops import ReduceOp
+from horovod_train.errors import UsageError
+from horovod_train.keras import compression as comp
+from horovod_train.keras import state
+
+Average, Sum, Min, Max, Product, Adasum = (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.MIN,
+                                          ReduceOp.MAX, ReduceOp.PRODUCT, ReduceOp.ADASUM)
+
+
+class ProcessSet:
+    """Horovod's process sets: only the global one (every rank) exists here."""
+
+    def __init__(self, ranks=None):
+        if ranks is not None:
+            raise UsageError(f"hvd.ProcessSet: received ranks {ranks!r}; expected the global "
+                             f"process set only (sub-groups are not supported). Fix: drop "
+                             f"process_set=..., every collective then spans all ranks")
+
+    def __repr__(self):
+        return "hvd.global_process_set"
+
+
+global_process_set = ProcessSet()
+
+
+def add_process_set(process_set):
+    """Always refused: ProcessSet(ranks) raises, naming the fix."""
+    ProcessSet(getattr(process_set, "ranks", process_set))
+
+
+def remove_process_set(process_set):
+    return False  # Horovod's answer for a set it does not hold
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set:
+        ProcessSet(getattr(process_set, "ranks", process_set))
+
+
+# ---- the job ------------------------------------------------------------------
+def init(comm=None, process_sets=None):
+    """Joins the job (once; again after shutdown()). `comm`/`process_sets` are MPI
+    sub-communicators and process sets, which this package does not offer."""
+    if comm is not None or process_sets:
+        raise UsageError(f"hvd.init: received comm={comm!r}, process_sets={process_sets!r}; "
+                         f"expected neither (the job spans every launched rank). Fix: "
+                         f"call hvd.init() without arguments")
+    if state.active() is None:
+        from horovod_train.keras.strategy import Strategy
+        Strategy()
+
+
+def shutdown():
+    """Leaves the job where the backend can (Horovod); is_initialized() is then False."""
+    strategy = state.active()
+    if strategy is not None:
+        strategy.backend.tensor_ops().shutdown()
+        state.reset()
+
+
+def is_initialized() -> bool:
+    return state.active() is not None
+
+
+def _backend(what):
+    strategy = state.active()
+    if strategy is None:
+        raise UsageError(f"hvd.{what}(): received a call before hvd.init(); expected the job "
+                         f"to be joined first. Fix: call hvd.init() at the top of the script")
+    return strategy.backend
+
+
+def _ops(what):
+    return _backend(what).tensor_ops()
+
+
+def size() -> int:
+    return _backend("size").info.size
+
+
+def rank() -> int:
+    return _backend("rank").info.rank
+
+
+def local_size() -> int:
+    return _backend("local_size").info.local_size
+
+
+def local_rank() -> int:
+    return _backend("local_rank").info.local_rank
+
+
+def cross_rank() -> int:
+    return _ops("cross_rank").cross()[0]
+
+
+def cross_size() -> int:
+    return _ops("cross_size").cross()[1]
+
+
+def _fact(name):
+    def query() -> bool:
+        return _ops(name).facts()[name]
+    query.__name__ = name
+    query.__doc__ = f"Horovod's hvd.{name}(); False where the backend is not Horovod."
+    return query
+
+
+mpi_enabled, mpi_built, mpi_threads_supported = (_fact("mpi_enabled"), _fact("mpi_built"),
+                                                 _fact("mpi_threads_supported"))
+gloo_enabled, gloo_built, nccl_built = _fact("gloo_enabled"), _fact("gloo_built"), _fact("nccl_built")
+ddl_built, ccl_built = _fact("ddl_built"), _fact("ccl_built")
+cuda_built, rocm_built = _fact("cuda_built"), _fact("rocm_built")
+
+
+def start_timeline(file_path, mark_cycles=False):
+    _ops("start_timeline").start_timeline(file_path, mark_cycles)
+
+
+def stop_timeline():
+    _ops("stop_timeline").stop_timeline()
+
+
+# ---- tensor collectives ----------------------------------------------------------
+def resolve_op(average, op) -> ReduceOp:
+    """Horovod's rule: `op` supersedes the deprecated `average`; neither -> Average."""
+    if average is not None and op is not None:
+        raise UsageError(f"allreduce: received average={average!r} and op={op!r}; expected "
+                         f"one of them. Fix: pass op=hvd.Average or op=hvd.Sum only")
+    if op is None:
+        return ReduceOp.SUM if average is False else ReduceOp.AVERAGE
+    if not isinstance(op, ReduceOp):
+        raise UsageError(f"op: received {op!r}; expected one of hvd.Average, hvd.Sum, hvd.Min, "
+                         f"hvd.Max, hvd.Product, hvd.Adasum. Fix: pass op=hvd.Average")
+    return op
+
+
+def _compressed_allreduce(ops, tensors, op, compression, prescale, postscale):
+    wire = comp.wire_name(compression)
+    if wire == "bf16":  # Horovod cannot reduce bfloat16: the backend's own route
+        if op is not ReduceOp.AVERAGE or prescale != 1.0 or postscale != 1.0:
+            raise UsageError(f"compression=hvd.Compression.bf16: received op={op!r} with scale "
+                             f"factors; expected op=hvd.Average without them. Fix: use "
+                             f"hvd.Compression.fp16 for other reductions")
+        return ops.backend.graph_mean(tensors, compression="bf16")
+    compressor = comp.by_name(wire) if wire else compression
+    sent, ctxs = zip(*[compressor.compress(t) for t in tensors]) if tensors else ((), ())
+    reduced = ops.grouped_allreduce(list(sent), op, prescale, postscale)
+    return [compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=comp.Compression.none, device_dense="", device_sparse="",
+              process_set=global_process_set):
+    """The reduction of `value` over all ranks (Average unless op says otherwise)."""
+    _check_process_set(process_set)
+    ops = _ops("allreduce")
+    tensor = tf.convert_to_tensor(value)
+    return _compressed_allreduce(ops, [tensor], resolve_op(average, op), compression,
+                                 prescale_factor, postscale_factor)[0]
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=comp.Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """One reduction for a list of tensors (fused by Horovod into few ring passes)."""
+    _check_process_set(process_set)
+    ops = _ops("grouped_allreduce")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    return _compressed_allreduce(ops, tensors, resolve_op(average, op), compression,
+                                 prescale_factor, postscale_factor)
+
+
+def allgather(value, name=None, process_set=global_process_set):
+    """Every rank's `value` concatenated along the first dimension (which may differ)."""
+    _check_process_set(process_set)
+    return _ops("allgather").allgather(tf.convert_to_tensor(value))
+
+
+def broadcast(value, root_rank, name=None, process_set=global_process_set):
+    _check_process_set(process_set)
+    return _ops("broadcast").broadcast(tf.convert_to_tensor(value), root_rank)
+
+
+def reducescatter(value, name=None, op=Average, compression=comp.Compression.none,
+                  process_set=global_process_set):
+    """The reduction over ranks, of which this rank keeps its share of the first dim."""
+    _check_process_set(process_set)
+    return _ops("reducescatter").reducescatter(tf.convert_to_tensor(value),
+                                               resolve_op(None, op))
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Root's values into `variables` (Keras 3 or tf.Variables) on every rank."""
+    _check_process_set(process_set)
+    _ops("broadcast_variables").broadcast_variables(list(variables), root_rank)
+
+
+def broadcast_global_variables(root_rank):
+    raise UsageError(
+        f"hvd.broadcast_global_variables({root_rank!r}): received a call under TensorFlow 2, "
+        f"which has no global-variables collection; expected the variables to be named. Fix: "
+        f"hvd.broadcast_variables(model.variables, root_rank={root_rank!r}), or "
+        f"hvd.callbacks.BroadcastGlobalVariablesCallback({root_rank!r}) in model.fit")
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """A picklable object from root_rank, on every rank."""
+    _check_process_set(process_set)
+    ops = _ops("broadcast_object")
+    payload = _to_bytes(obj) if ops.info.rank == root_rank else np.zeros(0, np.uint8)
+    length = int(ops.broadcast(tf.constant([payload.size], tf.int64), root_rank).numpy()[0])
+    if ops.info.rank != root_rank:
+        payload = np.zeros(length, np.uint8)
+    data = ops.broadcast(tf.constant(payload), root_rank).numpy()
+    return obj if ops.info.rank == root_rank else pickle.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set) -> list:
+    """Every rank's picklable object, as a list in rank order."""
+    _check_process_set(process_set)
+    ops = _ops("allgather_object")
+    payload = _to_bytes(obj)
+    lengths = ops.allgather(tf.constant([payload.size], tf.int64)).numpy()
+    data = ops.allgather(tf.constant(payload)).numpy()
+    bounds = np.cumsum([0, *lengths])
+    return [pickle.loads(data[a:b].tobytes()) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _to_bytes(obj) -> np.ndarray:
+    return np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
