@@ -1,0 +1,403 @@
+"""Runs Horovod's own TF2 Keras test file against a Keras API module, as a yardstick.
+
+    python scripts/horovod_keras_suite.py --horovod_repo DIR                  # ours
+    python scripts/horovod_keras_suite.py FILE --module horovod.tensorflow.keras
+    python scripts/horovod_keras_suite.py FILE --markdown docs/horovod_keras_suite.md
+
+The file is written for Keras 2, so it is mended at run time, in a temp dir, by the named
+rewrites in MENDS: only the test code's own Keras usage (never what a test asserts of the
+API), and its two Horovod imports, which become the module under test. pytest then runs in
+each of 2 ranks under horovodrun, as Horovod's CI runs it, each rank writing its own junit
+file; one table row a test (parameterized cases apart). Exit 0 when it ran, 2 on bad input.
+"""
+import argparse
+import collections
+import datetime
+import glob
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+HOROVODRUN = os.path.join(os.path.dirname(PY), "horovodrun")
+TEST_PATH = "test/parallel/test_tensorflow2_keras.py"  # where Horovod keeps it
+FILE_NAME = "test_tensorflow2_keras.py"
+HOROVOD_MODULE = "horovod.tensorflow.keras"
+NEEDED = ("pytest", "parameterized", "packaging")  # what the test file itself imports
+MARK = "HVD_KERAS_SUITE_RUN"  # in every rank's environment: finds them after a timeout
+
+
+class BadInput(Exception):
+    """Input the suite cannot run on; the message says what came, what was wanted, the fix."""
+
+
+# pattern: a multiline regex; replacement: re.sub's, which may name {module}, {keras_module}
+Mend = collections.namedtuple("Mend", "name pattern replacement why")
+
+
+MENDS = (
+    Mend("import-hvd", r"^import horovod\.tensorflow\.keras as hvd$", "import {module} as hvd",
+         "the module under test stands where the file imports Horovod's TF Keras API"),
+    Mend("import-hvd-keras", r"^import horovod\.keras as hvd_keras$",
+         "import {keras_module} as hvd_keras",
+         "likewise for the standalone-Keras API (kept as horovod.keras when Horovod is tested)"),
+    Mend("lr-argument", r"(optimizers\.(?:legacy\.)?\w+)\(lr=", r"\1(learning_rate=",
+         "Keras 3 optimizers refuse the Keras 2 alias lr= ('Argument(s) not recognized')"),
+    Mend("lr-attribute", r"\.optimizer\.lr\b", ".optimizer.learning_rate",
+         "Keras 3 optimizers have no .lr alias of .learning_rate"),
+    Mend("run-tf-function", r",\s*experimental_run_tf_function=False", "",
+         "Keras 3 compile() refuses this TF 2.0-2.1 argument"),
+    Mend("mse-name", r"keras\.losses\.mean_squared_error\b", "keras.losses.mse",
+         "tf.keras under Keras 3 names the same MSE function mse/MSE only"),
+    Mend("legacy-skip", r"if not hasattr\(keras\.optimizers, 'legacy'\):",
+         "if not hasattr(keras.optimizers, 'legacy') or int(keras.__version__.split('.')[0]) >= 3:",
+         "Keras 3 keeps a keras.optimizers.legacy stub whose optimizers raise ImportError, so "
+         "the test's own 'legacy optimizers not available' skip is made to see that"),
+    Mend("optimizer-learning-rate", r"super\(\)\.__init__\(name=name, \*\*kwargs\)",
+         "super().__init__(name=name, learning_rate=kwargs.pop('learning_rate', 0.1), **kwargs)",
+         "a Keras 3 Optimizer requires learning_rate (the Keras 2.11 _build_learning_rate hook "
+         "setting the same 0.1 is gone); a wrapper rebuilding it from config passes its own"),
+    Mend("update-step-signature", r"def update_step\(self, gradient, variable\):",
+         "def update_step(self, gradient, variable, learning_rate=None):",
+         "Keras 3 calls update_step(gradient, variable, learning_rate)"),
+    Mend("variable-ref", r"\b(\w+)\.ref\(\)", r"_variable_key(\1)",
+         "the test keys Keras weights by .ref(); before variable-key-helper, whose .ref() stays"),
+    Mend("variable-key-helper", r"^(_PRE_TF_2_2_0 = )",
+         "def _variable_key(v):\n"
+         "    return v.ref() if hasattr(v, 'ref') else v.value.ref()\n\n\n\\1",
+         "Keras 3 layer weights are keras.Variable, which has no tf.Variable.ref(); its "
+         "TF-backend .value is the tf.Variable, so both kinds key a dict alike"),
+    Mend("aggregate-argument", r",\s*experimental_aggregate_gradients=False", "",
+         "Keras 3 apply_gradients(grads_and_vars) has no such argument; it never aggregates "
+         "across replicas itself, which is what the TF 2.2 argument switched off"),
+)
+
+
+def mend_lines(applied, code="") -> list:
+    """'name (N matches): why', NOT MATCHED standing out, for the console and the doc."""
+    return [f"{code}{m.name}{code} ({n} match{'es' if n != 1 else ''}"
+            f"{', NOT MATCHED' if n == 0 else ''}): {m.why}" for m, n in applied]
+
+
+def keras_module_for(module: str) -> str:
+    """Horovod's own run keeps horovod.keras (PartialDistributedOptimizer lives only there)."""
+    return "horovod.keras" if module == HOROVOD_MODULE else module
+
+
+def apply_mends(source: str, module: str, mends=MENDS):
+    """(mended source, [(mend, count)]): each mend applied everywhere it matches."""
+    applied = []
+    for mend in mends:
+        replacement = mend.replacement.format(module=module, keras_module=keras_module_for(module))
+        source, count = re.subn(mend.pattern, replacement, source, flags=re.M)
+        applied.append((mend, count))
+    return source, applied
+
+
+def read_source(path, horovod_repo, ref="HEAD") -> str:
+    """The test file's text, from a path or from a bare git dir of Horovod."""
+    if (path is None) == (horovod_repo is None):
+        raise BadInput(f"got file={path!r} and --horovod_repo={horovod_repo!r}; expected exactly "
+                       f"one of them; fix: pass the path of {FILE_NAME} or --horovod_repo DIR")
+    if path is not None:
+        if not os.path.isfile(path):
+            raise BadInput(f"got {path!r}, which is not a file; expected Horovod's {FILE_NAME}; "
+                           f"fix: pass its path, or --horovod_repo DIR to take it from git")
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    proc = subprocess.run(["git", "--git-dir", horovod_repo, "show", f"{ref}:{TEST_PATH}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BadInput(f"got --horovod_repo {horovod_repo!r}, where git show {ref}:{TEST_PATH} "
+                       f"failed ({proc.stderr.strip().splitlines()[-1:]}); expected a Horovod "
+                       f"git dir; fix: pass the repo's .git (or bare) directory")
+    return proc.stdout
+
+
+def check_importable(module: str, python=PY, timeout=300):
+    """Imports the module, and what the test file needs, in a child (TF stays out of here)."""
+    names = [module, *NEEDED]
+    code = ("import importlib, sys\nfor n in sys.argv[1:]:\n"
+            "    try: importlib.import_module(n)\n"
+            "    except Exception as e: print(n, type(e).__name__, e); sys.exit(1)")
+    proc = subprocess.run([python, "-c", code, *names], capture_output=True, text=True,
+                          env=child_env(), timeout=timeout)
+    if proc.returncode != 0:
+        what = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-200:]])[0]
+        name = what.split(" ", 1)[0]
+        fix = (f"pip install {name}" if name in NEEDED else "pass --module horovod_train.keras "
+               "or horovod.tensorflow.keras, and run from the repo's virtualenv")
+        raise BadInput(f"got --module {module!r}, but importing failed: {what}; expected an "
+                       f"importable Keras API module; fix: {fix}")
+
+
+def child_env() -> dict:
+    """One intra-op/OMP thread a rank (2 ranks on 2 cores), quiet TF, no GPU, repo on path."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_COMM_WORLD", "HOROVOD_RANK", "HOROVOD_SIZE", "PMI_"))}
+    env.update(OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1",
+               TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p),
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+# Each rank runs this: pytest with a junit file named after the rank the launcher gave it,
+# and a progress file written as each test goes, so a run cut off by the timeout (when
+# junit is never written) still shows what passed and which test hung.
+RANK_WRAPPER = """
+import json, os, sys, pytest
+rank = os.environ.get('HOROVOD_RANK') or os.environ.get('OMPI_COMM_WORLD_RANK') or '0'
+out, args = sys.argv[1], sys.argv[2:]
+log = open(os.path.join(out, 'rank%s.progress' % rank), 'w', buffering=1)
+class Progress:
+    def pytest_runtest_logstart(self, nodeid, location):
+        log.write(json.dumps(dict(test=nodeid, when='start', outcome='started')) + '\\n')
+    def pytest_runtest_logreport(self, report):
+        crash = getattr(report.longrepr, 'reprcrash', None)
+        text = crash.message if crash else report.longrepr
+        text = text[-1] if isinstance(text, tuple) else str(text or '')  # a skip's reason
+        log.write(json.dumps(dict(test=report.nodeid, when=report.when,
+                                  outcome=report.outcome, message=text)) + '\\n')
+junit = '--junitxml=' + os.path.join(out, 'rank%s.xml' % rank)
+sys.exit(pytest.main([*args, junit], plugins=[Progress()]))
+"""
+
+
+def launch_argv(test_file, out_dir, controller="gloo", np_=2, pytest_args=()):
+    return [HOROVODRUN, "-np", str(np_), "-H", f"localhost:{np_}", f"--{controller}",
+            PY, "-c", RANK_WRAPPER, out_dir, "-v", "-p", "no:cacheprovider",
+            *pytest_args, test_file]
+
+
+def kill_marked(mark: str):
+    """Kills, by pid, the live processes whose environment carries this run's mark."""
+    needle = f"{MARK}={mark}".encode()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if int(name) != os.getpid() and needle in f.read().split(b"\0"):
+                    os.kill(int(name), signal.SIGKILL)
+        except OSError:
+            continue  # gone already, or not ours to read
+
+
+def run_suite(argv, cwd, log_path, timeout):
+    """Exit code of the launcher, or "TIMEOUT" (then everything it started is killed)."""
+    mark = uuid.uuid4().hex
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, cwd=cwd, env={**child_env(), MARK: mark},
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kill_marked(mark)  # horovodrun starts ranks in sessions of their own
+            return "TIMEOUT"
+
+
+# status: passed, failed, error, skipped, hung (cut off by the timeout), missing
+Outcome = collections.namedtuple("Outcome", "status message", defaults=("",))
+
+
+def one_line(text: str, limit=150) -> str:
+    """Exception type and first line; inside a tf.function that is the wrapped error's."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    if line.endswith("in user code:"):  # autograph re-raises with the real error last
+        inner = [ln for ln in lines[1:] if re.match(r"\w+(Error|Exception|Exit)\b.*:", ln)]
+        line = inner[-1] + " (in tf.function)" if inner else line
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def parse_junit(xml_text: str) -> dict:
+    """{test name: Outcome} from one rank's junit XML; TF's inherited test_session is dropped."""
+    results = {}
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        status, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            child = case.find(tag)
+            if child is not None:
+                status = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                message = one_line(child.get("message") or child.text or "")
+                break
+        if status == "skipped" and message == "Not a test.":
+            continue  # tf.test.TestCase.test_session, a helper pytest collects by its name
+        results[case.get("name")] = Outcome(status, message)
+    return results
+
+
+def parse_progress(text: str) -> dict:
+    """{test name: Outcome} from a rank's progress file; a test started, never reported: hung."""
+    results = {}
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line cut short when the rank was killed
+        name, outcome, when = event["test"].split("::")[-1], event["outcome"], event["when"]
+        message = one_line(event.get("message", ""))
+        if results.get(name, Outcome("")).status in ("failed", "error"):
+            continue  # a teardown after a failure does not undo it
+        if outcome == "started":
+            results[name] = Outcome("hung", "no result before the timeout")
+        elif outcome == "failed":
+            results[name] = Outcome("failed" if when == "call" else "error", message)
+        elif outcome == "skipped":
+            results[name] = Outcome("skipped", message)
+        elif when == "call":
+            results[name] = Outcome("passed")
+    return {n: o for n, o in results.items() if not o.message.endswith("Not a test.")}
+
+
+def read_ranks(out_dir: str, np_=2) -> list:
+    """One {name: Outcome} a rank, from junit, else its progress file; None: neither."""
+    ranks = []
+    for rank in range(np_):
+        path = os.path.join(out_dir, f"rank{rank}")
+        if os.path.exists(path + ".xml"):
+            ranks.append(parse_junit(open(path + ".xml").read()))
+        else:  # cut off before pytest wrote junit: what the progress file saw
+            ranks.append(parse_progress(open(path + ".progress").read())
+                         if os.path.exists(path + ".progress") else None)
+    return ranks
+
+
+def build_rows(ranks: list) -> list:
+    """[(name, [status a rank], error line)], in the order the first report has them."""
+    names = []
+    for results in ranks:
+        names += [n for n in (results or {}) if n not in names]
+    rows = []
+    for name in names:
+        cells = [("no report" if r is None else r.get(name, Outcome("missing")).status)
+                 for r in ranks]
+        errors = [r[name].message for r in ranks
+                  if r and name in r and r[name].status in ("failed", "error")]
+        rows.append((name, cells, errors[0] if errors else ""))
+    return rows
+
+
+def verdict(cells) -> str:
+    """A test passes when it passes on every rank; anything else on some rank is a failure."""
+    return next((v for v in ("passed", "skipped") if all(c == v for c in cells)), "failed")
+
+
+def summary(rows) -> str:
+    verdicts = [verdict(cells) for _, cells, _ in rows]
+    return (f"{verdicts.count('passed')} of {len(rows)} passed on every rank, "
+            f"{verdicts.count('failed')} failed, {verdicts.count('skipped')} skipped")
+
+
+def text_table(rows, np_=2) -> str:
+    head = ["test", *[f"rank {r}" for r in range(np_)], "error (first failing rank)"]
+    body = [[name, *cells, err] for name, cells, err in rows]
+    widths = [max(len(str(x[i])) for x in [head, *body]) for i in range(len(head) - 1)]
+    lines = ["  ".join(str(x[i]).ljust(widths[i]) for i in range(len(widths))) + "  " + x[-1]
+             for x in [head, *body]]
+    return "\n".join(lines)
+
+
+def markdown_section(module, rows, applied, command, code, np_=2) -> str:
+    """One module's section: date, command, mends, table, counts (between markers)."""
+    today = datetime.date.today().isoformat()
+    lines = [f"<!-- suite:{module} -->", f"## `{module}` ({today})", "",
+             f"Command: `{command}`", f"Launcher exit code: {code}", "", "Mends applied:", ""]
+    lines += [f"- {line}" for line in mend_lines(applied, code="`")]
+    ranks = " | ".join(f"rank {r}" for r in range(np_))
+    lines += ["", f"| test | {ranks} | error (first failing rank) |",
+              "|" + " --- |" * (np_ + 2)]
+    for name, cells, err in rows:
+        err = err.replace("|", "\\|").replace("`", "'")  # a table cell, as markdown reads it
+        lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {err} |")
+    lines += ["", f"**{summary(rows)}.**", f"<!-- /suite:{module} -->"]
+    return "\n".join(lines)
+
+
+DOC_HEAD = ("# Horovod's Keras test suite as a yardstick\n\n"
+            "Generated by `scripts/horovod_keras_suite.py`: Horovod's own "
+            f"`{TEST_PATH}`, mended for Keras 3 at run time, run by pytest in 2 ranks under "
+            "horovodrun, once against each module named below.\n")
+
+
+def write_markdown(path, module, section):
+    """Replaces this module's section in the file (other text and sections stay)."""
+    text = open(path).read() if os.path.exists(path) else DOC_HEAD
+    mark = re.escape(module)
+    pattern = re.compile(rf"<!-- suite:{mark} -->.*?<!-- /suite:{mark} -->", re.S)
+    text = pattern.sub(lambda _m: section, text) if pattern.search(text) else \
+        text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("test_file", nargs="?", help=f"Horovod's {FILE_NAME}")
+    p.add_argument("--horovod_repo", help=f"a Horovod git dir to take {TEST_PATH} from")
+    p.add_argument("--ref", default="HEAD", help="the commit to take it at (with --horovod_repo)")
+    p.add_argument("--module", default="horovod_train.keras", help="the Keras API under test")
+    p.add_argument("--controller", choices=("gloo", "mpi"), default="gloo")
+    p.add_argument("--np", type=int, default=2, dest="np_", help="ranks (Horovod's CI: 2)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
+    p.add_argument("--markdown", help="also write the table into this markdown file")
+    p.add_argument("--keep", help="keep the mended file, logs and junit files in this dir")
+    p.add_argument("-k", dest="select", help="pytest -k expression (a subset, for a quick look)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if not os.path.exists(HOROVODRUN) or args.np_ < 1:
+            raise BadInput(f"got {HOROVODRUN} (exists: {os.path.exists(HOROVODRUN)}) and --np "
+                           f"{args.np_}; expected horovodrun beside this python and --np >= 1; "
+                           f"fix: run with the virtualenv's python (make setup builds Horovod)")
+        source = read_source(args.test_file, args.horovod_repo, args.ref)
+        check_importable(args.module)
+    except BadInput as e:
+        print(f"horovod_keras_suite: {e}", file=sys.stderr)
+        return 2
+    mended, applied = apply_mends(source, args.module)
+    print("mends:\n" + "\n".join(f"  {line}" for line in mend_lines(applied)))
+    work = args.keep or tempfile.mkdtemp(prefix="hvd-keras-suite-")
+    os.makedirs(work, exist_ok=True)
+    for stale in glob.glob(os.path.join(work, "rank*.*")):  # a kept dir's earlier run
+        os.remove(stale)
+    test_file = os.path.join(work, FILE_NAME)
+    with open(test_file, "w") as f:
+        f.write(mended)
+    extra = ["-k", args.select] if args.select else []
+    argv_run = launch_argv(test_file, work, args.controller, args.np_, extra)
+    log_path = os.path.join(work, "launcher.log")
+    code = run_suite(argv_run, work, log_path, args.timeout)
+    ranks = read_ranks(work, args.np_)
+    rows = build_rows(ranks)
+    print(f"\nmodule {args.module}, {args.controller}, {args.np_} ranks, launcher exit {code}"
+          f" (log: {log_path})\n")
+    print(text_table(rows, args.np_))
+    print(f"\n{summary(rows)}")
+    if code == "TIMEOUT" or any(r is None for r in ranks):
+        print(f"\n(timed out or a rank wrote no report; the log's last lines:)\n"
+              + "\n".join(open(log_path, errors="replace").read().splitlines()[-15:]))
+    if args.markdown:
+        shown = "python scripts/horovod_keras_suite.py " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        write_markdown(args.markdown, args.module,
+                       markdown_section(args.module, rows, applied, shown, code, args.np_))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
