@@ -1,0 +1,84 @@
+"""Horovod's Keras API (`import horovod_train.keras as hvd`) on real ranks: horovodrun
+--gloo and --mpi, and two MWMS workers (TF_CONFIG) for what MWMS can do. Every rank's
+answers are checked against exact values (tests/multiprocess/hvd_api_worker.py)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import child_env, run_cli
+from ranks import free_ports, tf_config
+
+pytestmark = pytest.mark.slow
+
+WORKER = os.path.join(os.path.dirname(__file__), "hvd_api_worker.py")
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+
+
+def run_horovod(controller, out, mode):
+    argv = [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{controller}", sys.executable,
+            WORKER, str(out), mode]
+    # Horovod starts a timeline on request only when told so at init (as Horovod's own).
+    proc = run_cli(argv, timeout=420, env=child_env(HOROVOD_TIMELINE="DYNAMIC"))
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def run_mwms(out, mode):
+    ports = free_ports(2)
+    procs = [subprocess.Popen([sys.executable, WORKER, str(out), mode],
+                              env=child_env(TF_CONFIG=tf_config(ports, i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=420)
+        assert p.returncode == 0, err[-5000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def check_collectives(c):
+    assert c["average"] == [1.5, 3.0] and c["sum"] == [3.0, 6.0] == c["average_false"]
+    assert c["min"] == [1.0, 2.0] and c["max"] == [2.0, 4.0]
+    assert c["scaled"] == [3.0, 6.0]  # (2x summed) / 2
+    assert c["fp16"] == [1.5, 3.0]
+    assert c["grouped"] == [[3.0, 6.0], [[1.0, 1.0], [1.0, 1.0]]]
+    assert c["allgather"] == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]  # 1 row, then 2
+    assert c["broadcast"] == [10, 7]  # from rank 1
+    assert c["object"] == {"from": 0} and c["objects"] == ["r0", "r1"]
+    assert c["graph_sum"] == [3.0, 6.0] and c["graph_allgather"] == [[1.0, 2.0], [2.0, 4.0]]
+    assert c["broadcast_variables"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "mpi", "mwms"])
+def test_the_api_answers_alike_on_every_rank(tmp_path, launcher):
+    ranks = run_mwms(tmp_path, "api") if launcher == "mwms" else run_horovod(launcher, tmp_path, "api")
+    for r, res in enumerate(ranks):
+        assert (res["rank"], res["size"], res["local_rank"], res["local_size"]) == (r, 2, r, 2)
+        assert res["cross"] == [0, 1]
+        assert res["facts"] == {"mpi": launcher == "mpi", "gloo": launcher == "gloo",
+                                "nccl": False}
+        check_collectives(res["collectives"])
+        # Sum over ranks of rows 0..3 times (rank + 1): rank r keeps rows 2r, 2r+1.
+        assert res["collectives"]["reducescatter"] == [[3.0 * (2 * r)], [3.0 * (2 * r + 1)]]
+        el = res["elastic"]
+        assert (el["batch"], el["epoch"]) == (20, 10) and el["restored_equal"] and el["committed_kept"]
+        assert res["load_model"] == {"wrapped": "DistributedOptimizer", "inner": "SGD",
+                                     "same_weights": True}
+    assert ranks[0]["elastic"]["synced"] == ranks[1]["elastic"]["synced"]
+    if launcher == "mwms":  # no timeline there: the error names the backend
+        assert all("'mwms' backend" in res["timeline"] for res in ranks)
+    else:
+        assert all(res["timeline"] == "ok" for res in ranks)
+
+
+@pytest.mark.parametrize("mode", ["perturb", "instep"])
+def test_a_perturbed_rank_stops_every_rank_at_the_next_check(tmp_path, mode):
+    ranks = run_horovod("gloo", tmp_path, mode)
+    for res in ranks:
+        fit = res["fit"]
+        assert fit["stopped"] and fit["message"], fit
+        # Caught at the first check after the change: the end of epoch 2 (8 updates),
+        # or the in-step check at update 8.
+        assert fit["updates"] == 8, fit
