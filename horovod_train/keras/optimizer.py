@@ -335,6 +335,12 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         tf.cond(finite, apply, skip)
         self._loss_scale.update(finite)  # precision's rule: halve on skip, grow after N
 
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        # Keras's pops the inner optimizer out of the caller's dict; Horovod's test (and
+        # any caller) may reuse that dict, so read a copy.
+        return super().from_config(dict(config), custom_objects=custom_objects)
+
     def get_config(self):
         config = super().get_config()
         config.update(loss_scaling=self.loss_scaling,
