@@ -54,7 +54,7 @@ from horovod_train.keras.horovod_api import (
     reducescatter, remove_process_set, rocm_built, shutdown, size, start_timeline,
     stop_timeline)
 from horovod_train.keras.jit import SplitTrainStep, XlaParts, compile_around_collectives
-from horovod_train.keras.optimizer import DistributedOptimizer
+from horovod_train.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_train.keras.saving import load_model
 from horovod_train.keras.sharding import shard_arrays, shard_dataset
 from horovod_train.keras.strategy import Strategy
@@ -67,7 +67,8 @@ HOROVOD_NAMES = [
     "Product", "Adasum", "Compression", "ProcessSet", "global_process_set",
     "add_process_set", "remove_process_set", "allreduce", "grouped_allreduce", "allgather",
     "broadcast", "broadcast_variables", "broadcast_global_variables", "broadcast_object",
-    "allgather_object", "reducescatter", "DistributedOptimizer", "load_model", "callbacks",
+    "allgather_object", "reducescatter", "DistributedOptimizer", "PartialDistributedOptimizer",
+    "load_model", "callbacks",
     "elastic",
 ]
 

@@ -349,6 +349,18 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         return config
 
 
+def PartialDistributedOptimizer(optimizer, name=None, local_layers=None, **kwargs):
+    """Horovod's (horovod.keras): a DistributedOptimizer whose `local_layers` keep their
+    gradients on each rank (registered with register_local_var)."""
+    opt = DistributedOptimizer(optimizer, name=name, **kwargs)
+    layers = [] if local_layers is None else (
+        local_layers if isinstance(local_layers, (list, tuple)) else [local_layers])
+    for layer in layers:
+        for variable in layer.trainable_weights:
+            opt.register_local_var(variable)
+    return opt
+
+
 def _unique(variables) -> list:
     seen, out = set(), []
     for v in variables:
