@@ -1,8 +1,7 @@
 """Runs Horovod's own TF2 Keras test file against a Keras API module, as a yardstick.
 
-    python scripts/horovod_keras_suite.py --horovod_repo DIR                  # ours
-    python scripts/horovod_keras_suite.py FILE --module horovod.tensorflow.keras
-    python scripts/horovod_keras_suite.py FILE --markdown docs/horovod_keras_suite.md
+    python scripts/horovod_keras_suite.py FILE [--markdown docs/horovod_keras_suite.md]
+    python scripts/horovod_keras_suite.py --horovod_repo DIR --module horovod.tensorflow.keras
 
 The file is written for Keras 2, so it is mended at run time, in a temp dir, by the named
 rewrites in MENDS: only the test code's own Keras usage (never what a test asserts of the
@@ -14,6 +13,7 @@ import argparse
 import collections
 import datetime
 import glob
+import importlib.metadata
 import json
 import os
 import re
@@ -223,19 +223,14 @@ def one_line(text: str, limit=150) -> str:
 
 def parse_junit(xml_text: str) -> dict:
     """{test name: Outcome} from one rank's junit XML; TF's inherited test_session is dropped."""
+    status = {"failure": "failed", "error": "error", "skipped": "skipped"}
     results = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
-        status, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            child = case.find(tag)
-            if child is not None:
-                status = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                message = one_line(child.get("message") or child.text or "")
-                break
-        if status == "skipped" and message == "Not a test.":
-            continue  # tf.test.TestCase.test_session, a helper pytest collects by its name
-        results[case.get("name")] = Outcome(status, message)
-    return results
+        results[case.get("name")] = next(
+            (Outcome(status[c.tag], one_line(c.get("message") or c.text or ""))
+             for c in case if c.tag in status), Outcome("passed"))
+    # tf.test.TestCase.test_session: a helper pytest collects by its name, and skips
+    return {n: o for n, o in results.items() if o.message != "Not a test."}
 
 
 def parse_progress(text: str) -> dict:
@@ -281,21 +276,17 @@ def build_rows(ranks: list) -> list:
         names += [n for n in (results or {}) if n not in names]
     rows = []
     for name in names:
-        cells = [("no report" if r is None else r.get(name, Outcome("missing")).status)
-                 for r in ranks]
-        errors = [r[name].message for r in ranks
-                  if r and name in r and r[name].status in ("failed", "error")]
-        rows.append((name, cells, errors[0] if errors else ""))
+        got = [r.get(name, Outcome("missing")) if r is not None else Outcome("no report")
+               for r in ranks]
+        errors = [o.message for o in got if o.status in ("failed", "error")]
+        rows.append((name, [o.status for o in got], errors[0] if errors else ""))
     return rows
 
 
-def verdict(cells) -> str:
-    """A test passes when it passes on every rank; anything else on some rank is a failure."""
-    return next((v for v in ("passed", "skipped") if all(c == v for c in cells)), "failed")
-
-
 def summary(rows) -> str:
-    verdicts = [verdict(cells) for _, cells, _ in rows]
+    """A test passes when it passes on every rank; anything else on some rank is a failure."""
+    verdicts = [next((v for v in ("passed", "skipped") if all(c == v for c in cells)), "failed")
+                for _, cells, _ in rows]
     return (f"{verdicts.count('passed')} of {len(rows)} passed on every rank, "
             f"{verdicts.count('failed')} failed, {verdicts.count('skipped')} skipped")
 
@@ -309,11 +300,27 @@ def text_table(rows, np_=2) -> str:
     return "\n".join(lines)
 
 
-def markdown_section(module, rows, applied, command, code, np_=2) -> str:
+def tree_state(module: str) -> str:
+    """Horovod's version; for ours, the commit and whether horovod_train/ differs from it."""
+    if module.startswith("horovod."):
+        try:
+            return "Horovod " + importlib.metadata.version("horovod")
+        except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH
+            return "Horovod (no installed version)"
+
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True).stdout
+    dirty = git("status", "--porcelain", "--", "horovod_train").strip()
+    return git("rev-parse", "--short", "HEAD").strip() + (
+        " + uncommitted changes in horovod_train/" if dirty else "")
+
+
+def markdown_section(module, rows, applied, command, code, np_=2, state="") -> str:
     """One module's section: date, command, mends, table, counts (between markers)."""
     today = datetime.date.today().isoformat()
     lines = [f"<!-- suite:{module} -->", f"## `{module}` ({today})", "",
-             f"Command: `{command}`", f"Launcher exit code: {code}", "", "Mends applied:", ""]
+             f"Command: `{command}`  ", f"Code: {state or 'not recorded'}  ",
+             f"Launcher exit code: {code}", "", "Mends applied:", ""]
     lines += [f"- {line}" for line in mend_lines(applied, code="`")]
     ranks = " | ".join(f"rank {r}" for r in range(np_))
     lines += ["", f"| test | {ranks} | error (first failing rank) |",
@@ -325,10 +332,9 @@ def markdown_section(module, rows, applied, command, code, np_=2) -> str:
     return "\n".join(lines)
 
 
-DOC_HEAD = ("# Horovod's Keras test suite as a yardstick\n\n"
-            "Generated by `scripts/horovod_keras_suite.py`: Horovod's own "
-            f"`{TEST_PATH}`, mended for Keras 3 at run time, run by pytest in 2 ranks under "
-            "horovodrun, once against each module named below.\n")
+DOC_HEAD = (f"# Horovod's Keras test suite as a yardstick\n\nHorovod's own `{TEST_PATH}`, "
+            "mended for Keras 3 at run time, run by pytest in 2 ranks under horovodrun against "
+            "each module below (sections written by `scripts/horovod_keras_suite.py`).\n")
 
 
 def write_markdown(path, module, section):
@@ -384,8 +390,9 @@ def main(argv=None) -> int:
     code = run_suite(argv_run, work, log_path, args.timeout)
     ranks = read_ranks(work, args.np_)
     rows = build_rows(ranks)
-    print(f"\nmodule {args.module}, {args.controller}, {args.np_} ranks, launcher exit {code}"
-          f" (log: {log_path})\n")
+    state = tree_state(args.module)
+    print(f"\nmodule {args.module}, {args.controller}, {args.np_} ranks, launcher exit {code}, "
+          f"code: {state} (log: {log_path})\n")
     print(text_table(rows, args.np_))
     print(f"\n{summary(rows)}")
     if code == "TIMEOUT" or any(r is None for r in ranks):
@@ -395,7 +402,7 @@ def main(argv=None) -> int:
         shown = "python scripts/horovod_keras_suite.py " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
         write_markdown(args.markdown, args.module,
-                       markdown_section(args.module, rows, applied, shown, code, args.np_))
+                       markdown_section(args.module, rows, applied, shown, code, args.np_, state))
     return 0
 
 
