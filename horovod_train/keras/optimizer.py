@@ -86,7 +86,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
     _ready = False  # set after __init__; guards against being wrapped (see below)
 
     # Horovod's signature, in Horovod's order, then ours (keyword only).
-    def __init__(self, inner_optimizer, name=None, device_dense="", device_sparse="",
+    def __init__(self, optimizer, name=None, device_dense="", device_sparse="",
                  compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
                  op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
                  num_groups=0, groups=None, process_set=None, scale_local_gradients=True, *,
@@ -100,7 +100,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
             num_groups=num_groups, process_set=process_set,
             divergence_check_steps=divergence_check_steps)
         inner_optimizer, loss_scaling, initial_scale, dynamic_growth_steps = unwrap_optimizer(
-            inner_optimizer, opts.accum_steps, loss_scaling, initial_scale, dynamic_growth_steps)
+            optimizer, opts.accum_steps, loss_scaling, initial_scale, dynamic_growth_steps)
         super().__init__(inner_optimizer, initial_scale=initial_scale,
                          dynamic_growth_steps=dynamic_growth_steps,
                          name=name or f"Distributed{type(inner_optimizer).__name__}", **kwargs)
