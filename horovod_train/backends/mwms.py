@@ -181,6 +181,10 @@ class MwmsBackend(Backend):
     def barrier(self):
         self.allreduce_mean(tf.constant(0.0))
 
+    def tensor_ops(self):
+        from horovod_train.backends.mwms_ops import MwmsOps  # it imports this module
+        return MwmsOps(self)
+
 
 def graph_mean_instance_key(dtype, count) -> int:
     """The same on every rank for the same (dtype, element count); never 0."""
