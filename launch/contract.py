@@ -10,8 +10,9 @@ import types
 BACKENDS = ("horovod", "mwms", "local")  # the registry's names; "auto" picks one
 BACKEND_CHOICES = ("auto",) + BACKENDS
 LAUNCHED_BACKENDS = ("horovod", "mwms")  # what `python -m launch` starts several ranks of
-ELASTIC_BACKENDS = ("horovod",)  # ranks may come and go (horovodrun --min-np/--max-np)
-ELASTIC_BACKENDS = ("horovod",)  # --elastic: backends that re-form their ring on a resize
+# --elastic: backends that re-form their ring when ranks come and go (horovodrun
+# --min-np/--max-np).
+ELASTIC_BACKENDS = ("horovod",)
 OPTIMIZERS = ("adam", "sgd")
 COLLECTIVES = ("auto", "ring", "nccl")  # mwms: CommunicationImplementation
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")  # Keras dtype policies
