@@ -117,8 +117,8 @@ def read_source(path, horovod_repo, ref="HEAD") -> str:
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise BadInput(f"got --horovod_repo {horovod_repo!r}, where git show {ref}:{TEST_PATH} "
-                       f"failed ({proc.stderr.strip().splitlines()[-1:]}); expected a Horovod "
-                       f"git dir; fix: pass the repo's .git (or bare) directory")
+                       f"failed ({(proc.stderr.strip().splitlines() or ['?'])[-1]}); expected a "
+                       f"Horovod git dir; fix: pass the repo's .git (or bare) directory")
     return proc.stdout
 
 
@@ -127,16 +127,17 @@ def check_importable(module: str, python=PY, timeout=300):
     names = [module, *NEEDED]
     code = ("import importlib, sys\nfor n in sys.argv[1:]:\n"
             "    try: importlib.import_module(n)\n"
-            "    except Exception as e: print(n, type(e).__name__, e); sys.exit(1)")
+            "    except Exception as e:\n"
+            "        print(n + '\\t' + type(e).__name__ + ': ' + str(e)); sys.exit(1)")
     proc = subprocess.run([python, "-c", code, *names], capture_output=True, text=True,
                           env=child_env(), timeout=timeout)
     if proc.returncode != 0:
-        what = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-200:]])[0]
-        name = what.split(" ", 1)[0]
+        name, _, what = (proc.stdout.strip().splitlines() or
+                         ["?\t" + proc.stderr.strip()[-200:]])[0].partition("\t")
         fix = (f"pip install {name}" if name in NEEDED else "pass --module horovod_train.keras "
                "or horovod.tensorflow.keras, and run from the repo's virtualenv")
-        raise BadInput(f"got --module {module!r}, but importing failed: {what}; expected an "
-                       f"importable Keras API module; fix: {fix}")
+        raise BadInput(f"got --module {module!r}, but importing {name} failed: {what}; expected "
+                       f"it and the test file's {', '.join(NEEDED)} to import; fix: {fix}")
 
 
 def child_env() -> dict:
@@ -151,9 +152,8 @@ def child_env() -> dict:
     return env
 
 
-# Each rank runs this: pytest with a junit file named after the rank the launcher gave it,
-# and a progress file written as each test goes, so a run cut off by the timeout (when
-# junit is never written) still shows what passed and which test hung.
+# Each rank runs this: pytest, a junit file named by its rank, and a progress file written
+# as each test goes, so a run cut off by the timeout (no junit then) shows what hung.
 RANK_WRAPPER = """
 import json, os, sys, pytest
 rank = os.environ.get('HOROVOD_RANK') or os.environ.get('OMPI_COMM_WORLD_RANK') or '0'
@@ -307,7 +307,6 @@ def tree_state(module: str) -> str:
             return "Horovod " + importlib.metadata.version("horovod")
         except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH
             return "Horovod (no installed version)"
-
     def git(*args):
         return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True).stdout
     dirty = git("status", "--porcelain", "--", "horovod_train").strip()

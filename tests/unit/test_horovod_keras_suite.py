@@ -172,3 +172,10 @@ def test_main_exits_2_with_one_line_on_a_missing_file(capsys):
     assert suite.main(["/no/such.py"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("horovod_keras_suite: got '/no/such.py'")
+
+
+def test_a_missing_dependency_of_the_test_file_names_its_install(monkeypatch):
+    monkeypatch.setattr(suite, "NEEDED", ("no_such_dep_z",))
+    with pytest.raises(suite.BadInput, match="importing no_such_dep_z failed.*"
+                                             "fix: pip install no_such_dep_z"):
+        suite.check_importable("json")
