@@ -72,7 +72,9 @@ def _leave(code: int, message: str | None = None, traceback_of: BaseException | 
         import traceback
         traceback.print_exception(traceback_of, file=sys.stderr)
     if message:
-        print(f"horovod_train: {message}", file=sys.stderr)
+        # One write: print() writes the text and its newline apart, and under mpirun two
+        # ranks leaving at once (exit 4) then merge their lines into one.
+        sys.stderr.write(f"horovod_train: {message}\n")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -80,9 +82,9 @@ def _leave(code: int, message: str | None = None, traceback_of: BaseException | 
 
 def _end_run(err: BaseException, data_dir: str | None):
     """One line and a distinct exit code per way a run ends early (README, exit codes):
-    2 bad input or data, 3 diverged, 75 a peer was lost, 143 stopped on SIGTERM,
-    1 anything else (with its traceback: that is a bug to report)."""
-    from horovod_train import stopping, watchdog
+    2 bad input or data, 3 diverged, 4 the ranks' weights differ, 75 a peer was lost,
+    143 stopped on SIGTERM, 1 anything else (with its traceback: that is a bug to report)."""
+    from horovod_train import divergence, stopping, watchdog
     from horovod_train.trainer import TrainingDiverged
     if isinstance(err, SystemExit):
         _leave(err.code if isinstance(err.code, int) else 1)
@@ -92,6 +94,10 @@ def _end_run(err: BaseException, data_dir: str | None):
         _leave(stopping.EXIT_STOPPED, f"stopped: {err}")
     if isinstance(err, TrainingDiverged):
         _leave(3, f"stopped: {err}")
+    if isinstance(err, divergence.RanksDiverged):
+        # Every rank raised it at the same check, after the same collective: each
+        # leaves with 4 on its own, so no rank sees a peer vanish (75).
+        _leave(divergence.EXIT_RANKS_DIVERGED, f"stopped: {err}")
     from horovod_train.data.errors import describe_data_error
     damaged = describe_data_error(err, data_dir)
     if damaged is not None:

@@ -1,0 +1,148 @@
+"""The divergence guard with real ranks (horovodrun --gloo, mpirun).
+
+A sitecustomize hook (no change to the package) adds 1e-3 to one kernel on rank 1 only,
+after step K: from then on the ranks hold different models, which nothing else would
+notice (both keep applying the same reduced gradients). The next check (the epoch's
+end, or the next --divergence_check_steps point) must stop every rank with exit 4 and
+one line naming rank 1. A healthy run checks and goes on.
+
+digits: 1437 training examples, batch 32 x 2 ranks = 22 steps per epoch.
+"""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from helpers import ROOT, child_env, run_cli
+from ranks import assert_ranks_identical, horovodrun, mpirun, run_ranks
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("horovod.tensorflow")
+
+PER_EPOCH = 1437 // (32 * 2)
+PERTURB_AFTER = 5  # steps
+FLAGS = ["--epochs=3", "--log_every=10", "--eval_every_epochs=0", "--intra_op_threads=1",
+         "--collective_timeout_s=60"]
+LAUNCHERS = {
+    "horovodrun-gloo": lambda flags: horovodrun(2, "gloo", flags),
+    "mpirun": lambda flags: mpirun(2, flags),
+}
+# The one line each rank prints as it leaves (horovodrun prefixes it with the rank).
+LINE = re.compile(r"horovod_train: stopped: ranks diverged: rank 1 .*")
+
+
+def _perturb_rank_1(tmp_path) -> str:
+    """PYTHONPATH with a sitecustomize that, on rank 1 only, adds 1e-3 to the model's
+    first trainable kernel right after step PERTURB_AFTER."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import os
+        if (os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+            import importlib.abc, importlib.util, sys
+
+            def _patch(trainer):
+                original = trainer.Trainer._one_step
+                def perturbed(self, batch_iter):
+                    original(self, batch_iter)
+                    if self.global_step == {PERTURB_AFTER}:
+                        kernel = self.model.trainable_variables[0]
+                        kernel.assign(kernel + 1e-3)
+                trainer.Trainer._one_step = perturbed
+
+            class _Finder(importlib.abc.MetaPathFinder):
+                def find_spec(self, name, path, target=None):
+                    if name != "horovod_train.trainer":
+                        return None
+                    sys.meta_path.remove(self)
+                    spec = importlib.util.find_spec(name)
+                    load = spec.loader.exec_module
+                    def exec_module(module):
+                        load(module)
+                        _patch(module)
+                    spec.loader.exec_module = exec_module
+                    return spec
+            sys.meta_path.insert(0, _Finder())
+    """))
+    return f"{hook}{os.pathsep}{ROOT}"
+
+
+def _run_perturbed(tmp_path, launcher, extra=()):
+    proc = run_cli(LAUNCHERS[launcher](FLAGS + list(extra)), timeout=300,
+                   env=child_env(PYTHONPATH=_perturb_rank_1(tmp_path)))
+    return proc, proc.stdout + proc.stderr
+
+
+def _ranks_output(out, launcher) -> str:
+    """What the ranks printed: horovodrun --gloo prefixes their lines with [rank] (its
+    own traceback, when a rank fails, is not theirs); mpirun passes them on bare."""
+    if launcher != "horovodrun-gloo":
+        return out
+    return "\n".join(line for line in out.splitlines() if re.match(r"\[\d+\]<std", line))
+
+
+def _assert_exit_4(proc, out, launcher):
+    if launcher == "horovodrun-gloo":  # exits 1 for any failed rank, naming the rank's code
+        assert proc.returncode == 1 and re.search(r"Exit code:\s+4\b", out), out[-3000:]
+    else:  # mpirun passes the first failing rank's code through
+        assert proc.returncode == 4, out[-3000:]
+    ranks = _ranks_output(out, launcher)
+    assert "Traceback" not in ranks and "peer rank was lost" not in ranks, ranks[-3000:]
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_rank_whose_weights_change_stops_the_job_at_the_next_epoch_end(tmp_path, launcher):
+    proc, out = _run_perturbed(tmp_path, launcher)
+    _assert_exit_4(proc, out, launcher)
+    lines = LINE.findall(proc.stderr)
+    assert lines, out[-3000:]
+    # One line per rank that got to print it (a launcher may end the other first).
+    assert len(lines) <= 2 and all(line.count("ranks diverged") == 1 for line in lines), lines
+    assert all(f"at step {PER_EPOCH}, checked at epoch 1 end" in line for line in lines), lines
+    assert f"train | step {2 * PER_EPOCH}/" not in out  # no rank trained on
+    print(f"\n[divergence] {launcher}: rank 1 perturbed after step {PERTURB_AFTER} -> "
+          f"exit {proc.returncode}: {lines[0]}")
+
+
+def test_with_an_interval_the_next_interval_check_stops_the_job(tmp_path):
+    proc, out = _run_perturbed(tmp_path, "horovodrun-gloo", ["--divergence_check_steps=4"])
+    _assert_exit_4(proc, out, "horovodrun-gloo")
+    lines = LINE.findall(proc.stderr)
+    assert lines and all("at step 8, checked at step 8 (--divergence_check_steps=4)" in line
+                         for line in lines), out[-3000:]
+
+
+def test_a_healthy_run_checks_and_trains_on(tmp_path):
+    summary = run_ranks(horovodrun(2, "gloo", FLAGS + ["--epochs=2",
+                                                        "--divergence_check_steps=10"]),
+                        tmp_path)
+    # Every 10 steps and both epoch ends: 10, 20, 22, 30, 40, 44.
+    assert summary["steps"] == 2 * PER_EPOCH and summary["divergence_checks"] == 6
+    assert_ranks_identical(summary, tmp_path, 2)
+
+
+CHECKSUM = """
+import sys
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+from horovod_train import divergence
+# ResNet-18-sized kernels and a few odd sizes, the same values in every process.
+shapes = [[3, 3, 512, 512], [3, 3, 256, 256], [2_000_003], [1000, 10], [7]]
+weights = [tf.random.stateless_normal(s, seed=[i, 1]) for i, s in enumerate(shapes)]
+print(divergence.checksum(weights).numpy().tobytes().hex())
+print(tf.function(divergence.checksum)(weights).numpy().tobytes().hex())
+"""
+
+
+def test_the_checksum_does_not_depend_on_the_number_of_threads():
+    """Ranks on hosts with other core counts run other intra-op thread counts; a plain
+    reduce_sum splits its work by thread count and rounds differently, which would stop
+    a healthy job. Eager and traced (as check() and the Keras step run it) alike."""
+    outs = {threads: subprocess.run([sys.executable, "-c", CHECKSUM, str(threads)],
+                                    capture_output=True, text=True, check=True, cwd=ROOT,
+                                    env=child_env(), timeout=300).stdout.split()
+            for threads in (1, 3, 8)}
+    assert len({bits for both in outs.values() for bits in both}) == 1, outs
