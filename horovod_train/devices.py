@@ -100,8 +100,12 @@ def pin_gpu(local_rank: int, local_size: int, chief: bool = True, environ=None,
         return choice
     gpu = gpus[choice.index]
     try:
+        # Growth on every GPU, not just ours: a Horovod script sets it on each GPU after
+        # hvd.init(), and once TF has created its devices (MWMS's strategy does) TF accepts
+        # only settings it already holds. Growth on a GPU TF never sees changes nothing.
+        for each in gpus:
+            tf_config.experimental.set_memory_growth(each, True)
         tf_config.set_visible_devices(gpu, "GPU")
-        tf_config.experimental.set_memory_growth(gpu, True)
     except RuntimeError as err:  # TF created its devices already; the same choice passes
         _already_initialised(tf_config, gpu, choice, err)
     if chief:

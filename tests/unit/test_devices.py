@@ -173,7 +173,28 @@ def test_pin_shows_tf_only_its_gpu_with_memory_growth():
     choice = devices.pin_gpu(2, 4, environ={}, tf_config=tf_config)
     assert choice.index == 2
     assert tf_config.visible == [tf_config.gpus[2]]
-    assert tf_config.growth == {tf_config.gpus[2]: True}
+    assert tf_config.growth == dict.fromkeys(tf_config.gpus, True)
+
+
+def horovod_users_pinning(tf_config, local_rank):
+    """What Horovod's examples do right after hvd.init(), written as users write it."""
+    gpus = tf_config.experimental.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf_config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf_config.experimental.set_visible_devices(gpus[local_rank], "GPU")
+
+
+@pytest.mark.parametrize("local_rank", [0, 1, 3])
+def test_a_horovod_scripts_own_pinning_after_the_join_keeps_working(local_rank):
+    """hvd.init() pins first; under mwms TF then creates its devices (the strategy), after
+    which TF accepts only settings it already holds: the script's own pinning must be
+    exactly ours, memory growth on every GPU included."""
+    tf_config = FakeTfConfig(4)
+    devices.pin_gpu(local_rank, 4, environ={}, tf_config=tf_config)
+    tf_config.initialised = True
+    horovod_users_pinning(tf_config, local_rank)
+    assert tf_config.visible == [tf_config.gpus[local_rank]]
 
 
 def test_pin_on_cpu_is_a_no_op():
