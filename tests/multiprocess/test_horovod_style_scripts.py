@@ -1,0 +1,89 @@
+"""Horovod-style Keras scripts (horovod_style/, `import horovod_train.keras as hvd`) on 2
+real ranks under horovodrun --gloo and --mpi: what a Horovod user's script expects of
+the API, as scripts/run_horovod_examples.py checks it on Horovod's own examples.
+
+Every rank runs in its own directory (rank0/, rank1/) and the checkpoint path is
+relative, so a file written by a non-chief rank would show up in rank1/. Each script
+starts every rank from its own random weights, so equal digests at the end mean the API
+made the ranks equal.
+"""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from helpers import run_cli
+
+pytestmark = pytest.mark.slow
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DIGITS = os.path.join(HERE, "horovod_style", "keras_mnist_digits.py")
+BENCHMARK = os.path.join(HERE, "horovod_style", "keras_synthetic_benchmark.py")
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+# Runs a script inside <base>/rank<N>/ (N from the launcher's rank variable).
+IN_RANK_DIR = ("import os, runpy, sys; "
+               "r = os.environ.get('HOROVOD_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')); "
+               "d = os.path.join(sys.argv[1], 'rank' + r); os.makedirs(d, exist_ok=True); "
+               "os.chdir(d); sys.argv = sys.argv[2:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+# horovodrun's prefix of a rank's line: [R]<stdout>: under gloo, [JOB,R]<stdout>: under mpi.
+TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<stdout>:(.*)$", re.M)
+EPOCHS = 5
+
+
+def run_ranks(controller, base, script, *args):
+    """Runs `script` on 2 ranks; returns (stdout, [result of rank 0, rank 1])."""
+    argv = [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{controller}", sys.executable,
+            "-c", IN_RANK_DIR, str(base), script, f"--result={base}/result-{{rank}}.json",
+            *args]
+    proc = run_cli(argv, timeout=300)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    results = []
+    for rank in range(2):
+        with open(base / f"result-{rank}.json") as f:
+            results.append(json.load(f))
+    return proc.stdout, results
+
+
+def ranks_printing(stdout, text):
+    return sorted({int(rank) for rank, line in TAG.findall(stdout) if text in line})
+
+
+@pytest.mark.parametrize("controller,broadcast", [("gloo", True), ("mpi", True),
+                                                  ("gloo", False)])
+def test_digits_script_trains_identical_replicas(tmp_path, controller, broadcast):
+    """Identical weights on both ranks (without the broadcast callback too: the
+    DistributedOptimizer broadcasts rank 0's state at its first apply), >= 0.9 test
+    accuracy, the warmed-up lr at lr x size, and the chief's checkpoints alone."""
+    args = [f"--epochs={EPOCHS}", "--warmup_epochs=2"]
+    args += [] if broadcast else ["--no_broadcast"]
+    stdout, results = run_ranks(controller, tmp_path, DIGITS, *args)
+    digests = [r["digest"] for r in results]
+    assert digests[0] == digests[1], f"ranks diverged: {digests}"
+    assert [r["size"] for r in results] == [2, 2]
+    assert results[0]["steps"] == results[1]["steps"] == EPOCHS * (700 // 32)
+    assert results[0]["accuracy"] >= 0.9, results
+    assert results[0]["accuracy"] == results[1]["accuracy"]  # same weights, same test set
+    assert results[0]["lr"] == pytest.approx(0.002 * 2)  # warmup reached the scaled lr
+    assert ranks_printing(stdout, f"Epoch {EPOCHS}/{EPOCHS}") == [0]  # chief's progress only
+    assert sorted(os.listdir(tmp_path / "rank0")) == \
+        sorted(f"checkpoint-{e}.h5" for e in range(1, EPOCHS + 1))
+    assert os.listdir(tmp_path / "rank1") == []
+
+
+@pytest.mark.parametrize("controller,fp16", [("gloo", True), ("mpi", False)])
+def test_synthetic_benchmark_prints_img_sec_from_rank0(tmp_path, controller, fp16):
+    """Identical weights after hvd.broadcast of each weight and the allreduced training (fp16
+    compression of the gradients too); img/sec averaged by hvd.allreduce, printed by rank
+    0 alone; nothing written in the rank directories."""
+    stdout, results = run_ranks(controller, tmp_path, BENCHMARK,
+                                *(["--fp16_allreduce"] if fp16 else []))
+    assert results[0]["digest"] == results[1]["digest"], results
+    assert results[0]["steps"] == results[1]["steps"] == 1 + 2 + 3 * 3
+    assert results[0]["img_sec"] == pytest.approx(results[1]["img_sec"])  # allreduced
+    assert results[0]["img_sec"] > 0
+    assert ranks_printing(stdout, "img/sec") == [0]
+    assert ranks_printing(stdout, "Total img/sec on 2 rank(s)") == [0]
+    assert os.listdir(tmp_path / "rank0") == os.listdir(tmp_path / "rank1") == []
