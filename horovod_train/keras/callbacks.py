@@ -27,6 +27,7 @@ class BroadcastInitialState(keras.callbacks.Callback):
         super().__init__()
         self.strategy = strategy
         self.done = False
+        self.guard = divergence_guard.EpochGuard()
 
     def on_train_begin(self, logs=None):
         check_compiled_optimizer(self.model, self.strategy)
@@ -39,7 +40,10 @@ class BroadcastInitialState(keras.callbacks.Callback):
             self._broadcast()
 
     def on_epoch_end(self, epoch, logs=None):
-        divergence_guard.epoch_end(self.strategy, self.model, epoch)
+        self.guard.epoch_end(self.strategy, self.model, epoch)
+
+    def on_train_end(self, logs=None):
+        self.guard.train_end(self.strategy, self.model)
 
     def _broadcast(self):
         opt = self.model.optimizer
@@ -156,14 +160,15 @@ class ChiefProgbar(keras.callbacks.ProgbarLogger):
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """root_rank's model weights and optimizer state on every rank, once, before the
     first update (at train begin when the model is built, else after the first batch,
-    as Horovod's); `local_variables` keep each rank's own values. At every epoch end,
-    the divergence guard compares the ranks' trainable weights."""
+    as Horovod's); `local_variables` keep each rank's own values. At epoch ends and at
+    the end of training the divergence guard compares the ranks' trainable weights."""
 
     def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.local_ids = {id(v) for v in (local_variables or [])}
         self.done = False
+        self.guard = divergence_guard.EpochGuard(self.local_ids)  # the same set, shared
 
     def register_local_var(self, var):
         self.local_ids.add(id(var))
@@ -180,8 +185,10 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             self._broadcast()
 
     def on_epoch_end(self, epoch, logs=None):
-        divergence_guard.epoch_end(state.require("BroadcastGlobalVariablesCallback"),
-                                   self.model, epoch, self.local_ids)
+        self.guard.epoch_end(state.require("BroadcastGlobalVariablesCallback"), self.model, epoch)
+
+    def on_train_end(self, logs=None):
+        self.guard.train_end(state.require("BroadcastGlobalVariablesCallback"), self.model)
 
     def _broadcast(self):
         opt = self.model.optimizer

@@ -3,7 +3,8 @@
 Two checks, both comparing horovod_train.divergence's checksum of the trainable weights
 across ranks, both deciding from values every rank holds alike (so every rank stops at
 the same point, none waits for a peer that left):
-  - at each epoch end, from the broadcast callbacks (ours and Horovod's names);
+  - at epoch ends (at most once per MIN_UPDATES_BETWEEN_EPOCH_CHECKS updates) and at
+    the end of training, from the broadcast callbacks (ours and Horovod's names);
   - inside the train step, every `divergence_check_steps` updates of the
     DistributedOptimizer (default hvd_options.DEFAULT_DIVERGENCE_CHECK_STEPS), for
     scripts that run none of those callbacks: one small allreduce, then a verdict.
@@ -15,18 +16,46 @@ from horovod_train import divergence
 from horovod_train.backends.ops import ReduceOp
 
 
-def epoch_end(strategy, model, epoch: int, excluded_ids=frozenset()):
-    """Eager check at an epoch end; raises divergence.RanksDiverged on every rank."""
-    if strategy.size == 1:
-        return
-    weights = [w for w in model.trainable_weights if id(w) not in excluded_ids]
+# An epoch-end check costs one small allreduce (a few ms); epochs of a few dozen steps
+# would pay more than 1% of their time for it. So an epoch end is checked once at least
+# this many updates passed since the last check (a step count every rank shares, so all
+# ranks check at the same epoch ends), and the end of training is always checked.
+MIN_UPDATES_BETWEEN_EPOCH_CHECKS = 100
+
+
+class EpochGuard:
+    """The epoch-end and train-end checks of one callback in model.fit."""
+
+    def __init__(self, excluded_ids=frozenset()):
+        self.excluded_ids = excluded_ids
+        self.last = None  # the update count at the last check
+
+    def epoch_end(self, strategy, model, epoch: int):
+        step = _updates(model)
+        if self.last is not None and step - self.last < MIN_UPDATES_BETWEEN_EPOCH_CHECKS:
+            return
+        self._check(strategy, model, step, f"the end of epoch {epoch + 1}")
+
+    def train_end(self, strategy, model):
+        step = _updates(model)
+        if step != self.last:
+            self._check(strategy, model, step, "the end of training")
+
+    def _check(self, strategy, model, step, where):
+        self.last = step
+        if strategy.size == 1:
+            return
+        weights = [w for w in model.trainable_weights if id(w) not in self.excluded_ids]
+        try:
+            divergence.check(strategy.backend, weights, step, where)
+        except divergence.RanksDiverged as err:
+            logging.error("%s", err)
+            raise
+
+
+def _updates(model) -> int:
     opt = model.optimizer
-    step = int(opt.iterations.numpy()) if opt is not None else 0
-    try:
-        divergence.check(strategy.backend, weights, step, f"the end of epoch {epoch + 1}")
-    except divergence.RanksDiverged as err:
-        logging.error("%s", err)
-        raise
+    return int(opt.iterations.numpy()) if opt is not None else 0
 
 
 def in_step(backend, variables, iterations, every: int):

@@ -6,7 +6,7 @@ argv: out_dir mode, where mode is
   api      - the process facts and every tensor collective, eagerly and in a tf.function;
              KerasState sync/restore/commit; load_model of the chief's checkpoint
   perturb  - model.fit with the broadcast callback; rank 1 alters a kernel after
-             epoch 1: the epoch-2 check must stop every rank (RanksDiverged)
+             epoch 1: the train-end check must stop every rank (RanksDiverged)
   instep   - the same without callbacks; the optimizer's own check every 4 updates
 """
 import hashlib
