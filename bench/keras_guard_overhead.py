@@ -22,9 +22,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from horovod_train import divergence  # noqa: E402  (TF-free: the rules' numbers)
 
-DEFAULT_CHECK_STEPS = 1000  # hvd_options.DEFAULT_DIVERGENCE_CHECK_STEPS (TF-free here)
-MIN_UPDATES = 100  # divergence_guard.MIN_UPDATES_BETWEEN_EPOCH_CHECKS
+DEFAULT_CHECK_STEPS = divergence.DEFAULT_IN_STEP_CHECK_STEPS
+MIN_UPDATES = divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS
 STEPS_PER_EPOCH = {"digits_cnn": 1437 // (32 * 2), "resnet18_cifar": 50000 // (32 * 2)}
 TARGET = 0.01
 

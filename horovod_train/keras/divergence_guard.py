@@ -3,7 +3,7 @@
 Two checks, both comparing horovod_train.divergence's checksum of the trainable weights
 across ranks, both deciding from values every rank holds alike (so every rank stops at
 the same point, none waits for a peer that left):
-  - at epoch ends (at most once per MIN_UPDATES_BETWEEN_EPOCH_CHECKS updates) and at
+  - at epoch ends (at most once per divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS) and at
     the end of training, from the broadcast callbacks (ours and Horovod's names);
   - inside the train step, every `divergence_check_steps` updates of the
     DistributedOptimizer (default hvd_options.DEFAULT_DIVERGENCE_CHECK_STEPS), for
@@ -16,13 +16,6 @@ from horovod_train import divergence
 from horovod_train.backends.ops import ReduceOp
 
 
-# An epoch-end check costs one small allreduce (a few ms); epochs of a few dozen steps
-# would pay more than 1% of their time for it. So an epoch end is checked once at least
-# this many updates passed since the last check (a step count every rank shares, so all
-# ranks check at the same epoch ends), and the end of training is always checked.
-MIN_UPDATES_BETWEEN_EPOCH_CHECKS = 100
-
-
 class EpochGuard:
     """The epoch-end and train-end checks of one callback in model.fit."""
 
@@ -32,7 +25,7 @@ class EpochGuard:
 
     def epoch_end(self, strategy, model, epoch: int):
         step = _updates(model)
-        if self.last is not None and step - self.last < MIN_UPDATES_BETWEEN_EPOCH_CHECKS:
+        if not divergence.epoch_end_due(step, self.last):
             return
         self._check(strategy, model, step, f"the end of epoch {epoch + 1}")
 

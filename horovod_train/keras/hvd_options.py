@@ -9,14 +9,13 @@ Two ways to ask for gradient accumulation, each with its own meaning:
 """
 import dataclasses
 
+from horovod_train import divergence
 from horovod_train.backends.ops import ReduceOp
 from horovod_train.errors import UsageError, check_range
 from horovod_train.keras import compression as comp
 from launch import contract
 
-# The in-step divergence check's default period (optimizer updates), when no epoch-end
-# check runs: rare enough to cost nothing measurable, often enough to stop a run early.
-DEFAULT_DIVERGENCE_CHECK_STEPS = 1000
+DEFAULT_DIVERGENCE_CHECK_STEPS = divergence.DEFAULT_IN_STEP_CHECK_STEPS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,3 +102,10 @@ def test_the_pure_parts_need_no_tensorflow():
             "divergence.message(divergence.differing_ranks([[1.0, 1.0], [2.0, 2.0]]), 1, 'x'); "
             "assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=child_env())
+
+
+def test_an_epoch_end_is_compared_first_and_then_once_min_steps_passed():
+    gap = divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS
+    assert divergence.epoch_end_due(11, None)  # the first epoch end, however short
+    assert not divergence.epoch_end_due(11 + gap - 1, 11)
+    assert divergence.epoch_end_due(11 + gap, 11)
