@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import sys
+import textwrap
 
 import numpy as np
 
@@ -174,3 +175,38 @@ def kill_tree(tree: dict[int, int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def rank1_trainer_hook(tmp_path, patch_source: str) -> str:
+    """PYTHONPATH holding a sitecustomize that, on rank 1 only, runs `patch_source` (the
+    body of `def _patch(trainer):`, dedented) on horovod_train.trainer right after it is
+    imported: a fault injected into one rank without any change to the package."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    body = textwrap.indent(textwrap.dedent(patch_source).strip(), " " * 8)
+    (hook / "sitecustomize.py").write_text(_HOOK.format(body=body))
+    return f"{hook}{os.pathsep}{ROOT}"
+
+
+_HOOK = """\
+import os
+if (os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+    import importlib.abc, importlib.util, sys
+
+    def _patch(trainer):
+{body}
+
+    class _Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "horovod_train.trainer":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            load = spec.loader.exec_module
+            def exec_module(module):
+                load(module)
+                _patch(module)
+            spec.loader.exec_module = exec_module
+            return spec
+    sys.meta_path.insert(0, _Finder())
+"""

@@ -12,12 +12,11 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from helpers import ROOT, child_env, run_cli
-from ranks import assert_ranks_identical, horovodrun, mpirun, run_ranks
+from ranks import assert_ranks_identical, horovodrun, mpirun, rank1_trainer_hook, run_ranks
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.tensorflow")
@@ -37,14 +36,7 @@ LINE = re.compile(r"horovod_train: stopped: ranks diverged: rank 1 .*")
 def _perturb_rank_1(tmp_path) -> str:
     """PYTHONPATH with a sitecustomize that, on rank 1 only, adds 1e-3 to the model's
     first trainable kernel right after step PERTURB_AFTER."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""
-        import os
-        if (os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
-            import importlib.abc, importlib.util, sys
-
-            def _patch(trainer):
+    return rank1_trainer_hook(tmp_path, f"""
                 original = trainer.Trainer._one_step
                 def perturbed(self, batch_iter):
                     original(self, batch_iter)
@@ -52,22 +44,7 @@ def _perturb_rank_1(tmp_path) -> str:
                         kernel = self.model.trainable_variables[0]
                         kernel.assign(kernel + 1e-3)
                 trainer.Trainer._one_step = perturbed
-
-            class _Finder(importlib.abc.MetaPathFinder):
-                def find_spec(self, name, path, target=None):
-                    if name != "horovod_train.trainer":
-                        return None
-                    sys.meta_path.remove(self)
-                    spec = importlib.util.find_spec(name)
-                    load = spec.loader.exec_module
-                    def exec_module(module):
-                        load(module)
-                        _patch(module)
-                    spec.loader.exec_module = exec_module
-                    return spec
-            sys.meta_path.insert(0, _Finder())
-    """))
-    return f"{hook}{os.pathsep}{ROOT}"
+    """)
 
 
 def _run_perturbed(tmp_path, launcher, extra=()):

@@ -13,15 +13,14 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 
 import pytest
 
 from helpers import ROOT
-from ranks import (assert_ranks_identical, free_ports, horovodrun, mpirun, rank_pid, run_ranks,
-                   start_job, tf_config)
+from ranks import (assert_ranks_identical, free_ports, horovodrun, mpirun, rank1_trainer_hook,
+                   rank_pid, run_ranks, start_job, tf_config)
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.tensorflow")
@@ -91,37 +90,14 @@ def test_sigterm_to_one_rank_stops_all_at_one_step_with_a_checkpoint(tmp_path, l
 def _raise_on_rank_1(tmp_path) -> str:
     """A sitecustomize that makes rank 1 raise at its third log interval: a bug in one
     rank, between two collectives, with no change to the package."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(textwrap.dedent("""
-        import os
-        if (os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
-            import importlib.abc, sys
-
-            def _patch(trainer):
+    return rank1_trainer_hook(tmp_path, """
                 original = trainer.Trainer._log_interval
                 def failing(self):
                     if self.global_step >= 30:
                         raise RuntimeError("injected failure on rank 1")
                     return original(self)
                 trainer.Trainer._log_interval = failing
-
-            class _Finder(importlib.abc.MetaPathFinder):
-                def find_spec(self, name, path, target=None):
-                    if name != "horovod_train.trainer":
-                        return None
-                    sys.meta_path.remove(self)
-                    import importlib.util
-                    spec = importlib.util.find_spec(name)
-                    load = spec.loader.exec_module
-                    def exec_module(module):
-                        load(module)
-                        _patch(module)
-                    spec.loader.exec_module = exec_module
-                    return spec
-            sys.meta_path.insert(0, _Finder())
-    """))
-    return f"{hook}{os.pathsep}{ROOT}"
+    """)
 
 
 # horovodrun --mpi passes mpirun's code through (the SIGTERM tests cover it): the two
