@@ -128,8 +128,28 @@ class KerasDriver(hvd_elastic.State):
     def restore(self):
         self.owner.restore()
 
+    def _refresh(self):
+        """The re-formed ring's rank and size wherever they are read: the backend's
+        info (hvd.rank(), hvd.size()) and the joined strategy's (strategy.size, which
+        the optimizer and the callbacks read)."""
+        from horovod_train.keras import state as job
+        refresh_info(self.backend)
+        strategy = job.active()
+        if strategy is not None and strategy.backend is self.backend:
+            strategy.info = self.backend.info
+
+    def reset(self):
+        """Horovod's hook after hvd.init() re-formed the ring, before the reset callbacks
+        and the sync: the callbacks see the new size, as under Horovod. The model's
+        traced train step holds the old ring's rank and size as constants (the in-step
+        divergence check's [size, 2] table, the size-1 shortcut): it is traced anew."""
+        self._refresh()
+        model = self.owner.model
+        if getattr(model, "train_function", None) is not None:
+            model.train_function = None  # fit's make_train_function() builds it again
+
     def sync(self):
-        refresh_info(self.backend)  # after a re-formed ring: the new rank and size
+        self._refresh()  # after a re-formed ring: the new rank and size
         self.owner.sync()
 
     def run(self, func, args, kwargs):

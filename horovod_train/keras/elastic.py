@@ -5,7 +5,7 @@ names and meaning.
 
     @hvd.elastic.run
     def train(state):
-        model.fit(..., initial_epoch=state.epoch, callbacks=[
+        model.fit(..., epochs=EPOCHS - state.epoch, callbacks=[
             hvd.elastic.CommitStateCallback(state), hvd.elastic.UpdateBatchStateCallback(state),
             hvd.elastic.UpdateEpochStateCallback(state)])
     train(state)
@@ -38,6 +38,10 @@ class KerasState:
         self.save()
 
     def _variables(self) -> list:
+        # Built here, not by the first fit: a rank that joins a running job syncs
+        # before it trains, and must hold the slots the others' state has.
+        if self.optimizer is not None and not self.optimizer.built and self.model.built:
+            self.optimizer.build(self.model.trainable_variables)
         opt = list(self.optimizer.variables) if self.optimizer is not None else []
         return list(self.model.weights) + opt
 
@@ -116,8 +120,9 @@ class CommitStateCallback(keras.callbacks.Callback):
 
 
 class UpdateBatchStateCallback(keras.callbacks.Callback):
-    """state.batch follows the batch (0 at each epoch end); the first epoch after a reset
-    runs only the batches the committed state had not done."""
+    """state.batch follows the batch (0 at each epoch end). As Horovod's, it sets the
+    callbacks' params["steps"] of the first epoch after a reset to the batches the
+    committed state had not done; Keras 3's fit still runs that epoch whole."""
 
     def __init__(self, state):
         super().__init__()
@@ -141,7 +146,8 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
 
 
 class UpdateEpochStateCallback(keras.callbacks.Callback):
-    """state.epoch counts epochs across resets (Keras's own restarts at initial_epoch)."""
+    """state.epoch counts epochs across resets, for fit(epochs=EPOCHS - state.epoch)
+    without initial_epoch (Keras's epoch index then restarts at 0 in every attempt)."""
 
     def __init__(self, state):
         super().__init__()
