@@ -11,6 +11,8 @@ steps) and stop every rank when one differs.
 Backend-blind: one allreduce_mean through the Backend interface. TensorFlow is imported
 where it is used, so the CLI's exit path and the pure tests import this module without it.
 """
+import re
+
 import numpy as np
 
 # A new exit code (README, exit codes): a relaunch meets the same cause again, so it is
@@ -150,9 +152,23 @@ def message(ranks, step: int, where: str) -> str:
 class RanksDiverged(RuntimeError):
     """Some rank's weights differ from rank 0's; every rank raises it at the same check."""
 
-    def __init__(self, ranks, step: int, where: str = "a check"):
+    def __init__(self, ranks, step: int, where: str = "a check", text: str | None = None):
         self.ranks, self.step, self.where = list(ranks), step, where
-        super().__init__(message(self.ranks, step, where))
+        super().__init__(text or message(self.ranks, step, where))
+
+    @classmethod
+    def found_in(cls, text: str):
+        """The verdict inside another error's text (a compiled step's check raises it
+        from a py_function, and TensorFlow reports it as its own error), or None."""
+        found = _VERDICT.search(text)
+        if found is None:
+            return None
+        ranks = [int(r) for r in re.findall(r"\d+", found.group("ranks"))]
+        return cls(ranks, int(found.group("step")), found.group("where"), text=found.group(0))
+
+
+_VERDICT = re.compile(r"ranks diverged: ranks? (?P<ranks>[\d, .()a-z]+?) holds? other weights.*?"
+                      r"at step (?P<step>\d+), checked at (?P<where>[^;]+);[^\n]*")
 
 
 def _has_peers(backend) -> bool:

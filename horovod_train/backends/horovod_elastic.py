@@ -19,6 +19,7 @@ from horovod.common import elastic as hvd_elastic
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 import horovod.tensorflow as hvd
+from horovod_train import divergence
 from horovod_train.backends.base import ProcessInfo
 
 # TF error classes a collective raises when the ring breaks under it.
@@ -71,16 +72,26 @@ def run_elastic(func, on_interrupt=lambda: None):
     """hvd.elastic.run for our step: its own check matches 'HorovodAllreduce' in the
     error text, which our grouped allreduce ('HorovodGroupedAllreduce') never says.
     on_interrupt runs before the ring re-forms (which waits for newcomers to start)."""
+    return hvd_elastic.run_fn(translate_ring_errors(func, on_interrupt), _reset)
+
+
+def translate_ring_errors(func, on_interrupt=lambda: None):
+    """func, with a broken ring's TF errors turned into Horovod's restart signal. A
+    divergence verdict that a compiled step raised (it arrives as a TF error too) ends
+    the job instead: rolling back to a commit would hide it."""
     def wrapper(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
         except _RING_BROKEN as err:
+            verdict = divergence.RanksDiverged.found_in(str(err))
+            if verdict is not None:
+                raise verdict from err
             on_interrupt()
             raise HorovodInternalError(err) from err
         except HostsUpdatedInterrupt:
             on_interrupt()
             raise
-    return hvd_elastic.run_fn(wrapper, _reset)
+    return wrapper
 
 
 class Ring:

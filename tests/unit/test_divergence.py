@@ -109,3 +109,11 @@ def test_an_epoch_end_is_compared_first_and_then_once_min_steps_passed():
     assert divergence.epoch_end_due(11, None)  # the first epoch end, however short
     assert not divergence.epoch_end_due(11 + gap - 1, 11)
     assert divergence.epoch_end_due(11 + gap, 11)
+
+
+def test_a_verdict_is_found_again_inside_another_errors_text():
+    line = str(divergence.RanksDiverged([1, 3], 120, "the end of epoch 2"))
+    found = divergence.RanksDiverged.found_in(f"UnknownError: RanksDiverged: {line}\nTraceback ...")
+    assert (found.ranks, found.step, found.where, str(found)) == ([1, 3], 120,
+                                                                  "the end of epoch 2", line)
+    assert divergence.RanksDiverged.found_in("Gloo connection reset by peer") is None
