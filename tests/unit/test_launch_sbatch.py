@@ -32,6 +32,13 @@ FAKE_SCONTROL = """#!/bin/bash
 [[ "$1 $2" == "show hostnames" ]] || exit 9
 python3 -m launch nodelist "$3"
 """
+# scontrol that cannot reach its controller (no slurm.conf, no DNS SRV record): it
+# prints nothing on stdout and exits 1, as Debian's does on a machine outside a cluster.
+BROKEN_SCONTROL = """#!/bin/bash
+echo "scontrol: fatal: Could not establish a configuration source" >&2
+exit 1
+"""
+SCONTROLS = {"works": FAKE_SCONTROL, "fails": BROKEN_SCONTROL, "absent": None}
 
 
 def render(backend="horovod", **kwargs):
@@ -83,22 +90,30 @@ def test_nccl_settings_commented_unless_given():
     assert "# export NCCL_SOCKET_IFNAME=ib0" in text
 
 
-def run_script(tmp_path, text, ntasks, nodelist, with_scontrol):
+def start_script(tmp_path, text, ntasks, nodelist, scontrol="works", **extra_env):
+    """Runs the script under bash with stand-in srun/scontrol, and nothing else on PATH
+    but the interpreter's directory (so the host's own scontrol never answers)."""
     bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir.mkdir(exist_ok=True)
     (bindir / "srun").write_text(FAKE_SRUN)
-    if with_scontrol:
-        (bindir / "scontrol").write_text(FAKE_SCONTROL)
+    if SCONTROLS[scontrol] is not None:
+        (bindir / "scontrol").write_text(SCONTROLS[scontrol])
     for tool in bindir.iterdir():
         tool.chmod(0o755)
+    (bindir / "bash").symlink_to(BASH)  # the mwms task runs `bash -c`
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     python_dir = str(Path(sys.executable).parent)
-    env = {"PATH": f"{bindir}:{python_dir}:/usr/bin:/bin", "SLURM_JOB_NODELIST": nodelist,
-           "FAKE_NTASKS": str(ntasks), "SRUN_ARGS": str(tmp_path / "srun_args"),
-           "PYTHONPATH": str(REPO)}
-    result = subprocess.run([BASH, str(script)], capture_output=True, text=True, env=env,
-                            cwd=tmp_path, timeout=60)
+    env = {"PATH": f"{bindir}:{python_dir}", "FAKE_NTASKS": str(ntasks),
+           "SRUN_ARGS": str(tmp_path / "srun_args"), "PYTHONPATH": str(REPO), **extra_env}
+    if nodelist is not None:
+        env["SLURM_JOB_NODELIST"] = nodelist
+    return subprocess.run([BASH, str(script)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60)
+
+
+def run_script(tmp_path, text, ntasks, nodelist, scontrol="works", **extra_env):
+    result = start_script(tmp_path, text, ntasks, nodelist, scontrol, **extra_env)
     assert result.returncode == 0, result.stderr
     return result.stdout, (tmp_path / "srun_args").read_text().splitlines()
 
@@ -106,24 +121,54 @@ def run_script(tmp_path, text, ntasks, nodelist, with_scontrol):
 def test_horovod_script_passes_the_command_verbatim_to_srun(tmp_path):
     command = ("python3", "-c", "import sys; print(sys.argv[1])", HOSTILE)
     stdout, srun_args = run_script(tmp_path, render("horovod", command=command, nodes=1,
-                                                    tasks_per_node=1), 1, "n1", True)
+                                                    tasks_per_node=1), 1, "n1")
     assert srun_args[:2] == ["--mpi=pmix", "--ntasks-per-node=1"]
     assert srun_args[-4:] == list(command)
     assert stdout == HOSTILE + "\n"
     assert not (tmp_path / "PWNED").exists()
 
 
-@pytest.mark.parametrize("with_scontrol", [True, False])
-def test_mwms_script_gives_each_task_the_tf_config_python_would(tmp_path, with_scontrol):
-    command = ("python3", "-c", "import os; print(os.environ['TF_CONFIG'])")
-    text = render("mwms", command=command, nodes=2, gpus_per_node=0, tasks_per_node=2,
-                  port_base=20000)
-    stdout, srun_args = run_script(tmp_path, text, 4, "n[07-08]", with_scontrol)
+PRINT_TF_CONFIG = ("python3", "-c", "import os; print(os.environ['TF_CONFIG'])")
+
+
+@pytest.mark.parametrize("scontrol", sorted(SCONTROLS))
+def test_mwms_script_gives_each_task_the_tf_config_python_would(tmp_path, scontrol):
+    """scontrol lists the nodes; where it is missing or fails, python -m launch does."""
+    text = render("mwms", command=PRINT_TF_CONFIG, nodes=2, gpus_per_node=0,
+                  tasks_per_node=2, port_base=20000)
+    stdout, srun_args = run_script(tmp_path, text, 4, "n[07-08]", scontrol)
     configs = [json.loads(line) for line in stdout.splitlines()]
     assert configs == all_tf_configs(hosts_from_slurm("n[07-08]", "2(x2)"), 20000)
     assert configs[3]["cluster"]["worker"] == ["n07:20000", "n07:20001", "n08:20000",
                                                "n08:20001"]
     assert srun_args[0] == "--mpi=none"
+
+
+NO_LAUNCH_PYTHON = """#!/bin/bash
+echo "/usr/bin/python3: Error while finding module specification for 'launch'" >&2
+exit 1
+"""
+
+
+@pytest.mark.parametrize("nodelist, python_without_launch", [
+    ("n[07-08]", True),   # neither scontrol nor our package can expand it
+    ("", False),          # nothing to expand
+    (None, False),        # not run by sbatch at all
+], ids=["no-expander", "empty", "unset"])
+def test_mwms_script_stops_when_it_finds_no_nodes(tmp_path, nodelist, python_without_launch):
+    """An empty node list used to give every task TF_CONFIG '{"cluster":{"worker":[]}}'
+    silently; now the script stops before srun, naming the variable and the fix."""
+    text = render("mwms", command=PRINT_TF_CONFIG, nodes=2, tasks_per_node=2)
+    if python_without_launch:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "python3").write_text(NO_LAUNCH_PYTHON)
+        (tmp_path / "bin" / "python3").chmod(0o755)
+    result = start_script(tmp_path, text, 4, nodelist, "fails")
+    assert result.returncode == 2, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("mwms job: received SLURM_JOB_NODELIST=")
+    assert "expected the job's node list" in last and "Fix: " in last
+    assert not (tmp_path / "srun_args").exists()  # no task was started
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
