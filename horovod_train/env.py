@@ -3,6 +3,12 @@
 Launchers (horovodrun, mpirun, srun, a TF_CONFIG writer) each announce rank and size
 under their own names. This module reads them, in one place, so the rest of the
 package asks `launch_info()` and never looks at os.environ itself.
+
+Under Slurm only what srun sets in every task counts (SLURM_STEP_NUM_TASKS,
+SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, SLURM_PROCID, SLURM_NODEID,
+SLURM_LOCALID): SLURM_NTASKS_PER_NODE exists only with --ntasks-per-node, and the job's
+batch step has SLURM_NTASKS and SLURM_PROCID=0 too but is no rank. srun --mpi=pmi2 adds
+PMI_RANK/PMI_SIZE without a local rank, so Slurm's is used when they are the step's.
 """
 import dataclasses
 import json
@@ -12,32 +18,35 @@ import re
 from horovod_train.errors import UsageError, usage_error
 from launch import contract
 
-# Horovod's own launcher (both gloo and mpi controllers set these).
-HOROVOD_RANK = "HOROVOD_RANK"
-HOROVOD_SIZE = "HOROVOD_SIZE"
-HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"
-HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
-HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"
-# Open MPI's mpirun.
-OMPI_RANK = "OMPI_COMM_WORLD_RANK"
-OMPI_SIZE = "OMPI_COMM_WORLD_SIZE"
-OMPI_LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK"
-OMPI_LOCAL_SIZE = "OMPI_COMM_WORLD_LOCAL_SIZE"
-# MPICH / Intel MPI (Hydra).
-PMI_RANK = "PMI_RANK"
-PMI_SIZE = "PMI_SIZE"
-MPI_LOCALRANKID = "MPI_LOCALRANKID"
-MPI_LOCALNRANKS = "MPI_LOCALNRANKS"
-# Slurm's srun.
-SLURM_PROCID = "SLURM_PROCID"
-SLURM_NTASKS = "SLURM_NTASKS"
-SLURM_LOCALID = "SLURM_LOCALID"
-SLURM_NTASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
-SLURM_JOB_NODELIST = "SLURM_JOB_NODELIST"
-SLURM_GPUS_PER_TASK = "SLURM_GPUS_PER_TASK"  # srun --gpus-per-task (binds per task by default)
-SLURM_GPU_BIND = "SLURM_GPU_BIND"  # srun --gpu-bind, e.g. "single:1", "verbose,none"
-# CUDA's own: the GPUs this process may use (a launcher or wrapper may set it per rank).
-CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+# Each launcher's names are written once, in launch/contract.py (the sbatch templates
+# and the launcher read some of them too); kept here under the names this module has
+# always exported.
+HOROVOD_RANK = contract.HOROVOD_RANK
+HOROVOD_SIZE = contract.HOROVOD_SIZE
+HOROVOD_LOCAL_RANK = contract.HOROVOD_LOCAL_RANK
+HOROVOD_LOCAL_SIZE = contract.HOROVOD_LOCAL_SIZE
+OMPI_RANK = contract.OMPI_RANK
+OMPI_SIZE = contract.OMPI_SIZE
+OMPI_LOCAL_RANK = contract.OMPI_LOCAL_RANK
+OMPI_LOCAL_SIZE = contract.OMPI_LOCAL_SIZE
+PMI_RANK = contract.PMI_RANK
+PMI_SIZE = contract.PMI_SIZE
+MPI_LOCALRANKID = contract.MPI_LOCALRANKID
+MPI_LOCALNRANKS = contract.MPI_LOCALNRANKS
+SLURM_JOB_ID = contract.SLURM_JOB_ID
+SLURM_NTASKS = contract.SLURM_NTASKS
+SLURM_STEP_ID = contract.SLURM_STEP_ID
+SLURM_STEP_NUM_TASKS = contract.SLURM_STEP_NUM_TASKS
+SLURM_STEP_NUM_NODES = contract.SLURM_STEP_NUM_NODES
+SLURM_STEP_NODELIST = contract.SLURM_STEP_NODELIST
+SLURM_STEP_TASKS_PER_NODE = contract.SLURM_STEP_TASKS_PER_NODE
+SLURM_PROCID = contract.SLURM_PROCID
+SLURM_NODEID = contract.SLURM_NODEID
+SLURM_LOCALID = contract.SLURM_LOCALID
+SLURM_CPUS_PER_TASK = contract.SLURM_CPUS_PER_TASK
+SLURM_GPUS_PER_TASK = contract.SLURM_GPUS_PER_TASK
+SLURM_GPU_BIND = contract.SLURM_GPU_BIND
+CUDA_VISIBLE_DEVICES = contract.CUDA_VISIBLE_DEVICES
 # tf.distribute.
 TF_CONFIG = contract.ENV_TF_CONFIG
 # Our own: set by `python -m launch` for mwms ranks started by mpirun/horovodrun.
@@ -81,16 +90,6 @@ def _bad_variable(name: str, value, expected: str) -> UsageError:
                        f"horovodrun, mpirun or srun, not by exporting rank variables by hand)")
 
 
-def _slurm_local_size(env) -> int:
-    # SLURM_NTASKS_PER_NODE looks like "2" or "2(x3),1"; the first group is ours only on
-    # homogeneous jobs, which is the common case and the one we plan for.
-    raw = env.get(SLURM_NTASKS_PER_NODE, "1")
-    first = raw.split(",")[0].split("(")[0]
-    if not _DIGITS.fullmatch(first) or int(first) < 1:
-        raise _bad_variable(SLURM_NTASKS_PER_NODE, raw, "a positive integer, e.g. 8 or 8(x2)")
-    return int(first)
-
-
 def local_position(hosts: list[str], index: int) -> tuple[int, int]:
     """(local rank, local size) of worker `index` among workers on the same host."""
     mine = hosts[index]
@@ -112,21 +111,145 @@ def _tf_config_info(env) -> LaunchInfo | None:
 
 
 def launch_info(env=None) -> LaunchInfo:
-    """Reads rank/size from whichever launcher started this process."""
+    """Reads rank/size from whichever launcher started this process.
+
+    Raises UsageError for the job's own shell (batch script, salloc) of a Slurm job of
+    several tasks: one process there would train alone believing it is rank 0 of N."""
     env = os.environ if env is None else env
     if HOROVOD_RANK in env:
         return LaunchInfo("horovodrun", _int(env, HOROVOD_RANK), _int(env, HOROVOD_SIZE, 1, low=1),
                           _int(env, HOROVOD_LOCAL_RANK, 0), _int(env, HOROVOD_LOCAL_SIZE, 1, low=1))
     if OMPI_RANK in env:
+        # mpirun's own numbers, also when its daemons were started by an srun step.
         return LaunchInfo("mpirun", _int(env, OMPI_RANK), _int(env, OMPI_SIZE, 1, low=1),
                           _int(env, OMPI_LOCAL_RANK, 0), _int(env, OMPI_LOCAL_SIZE, 1, low=1))
-    if PMI_RANK in env:
+    step = slurm_step(env)
+    if PMI_RANK in env and not (step and _pmi_is_the_step(env, step)):
         return LaunchInfo("mpich", _int(env, PMI_RANK), _int(env, PMI_SIZE, 1, low=1),
                           _int(env, MPI_LOCALRANKID, 0), _int(env, MPI_LOCALNRANKS, 1, low=1))
-    if SLURM_PROCID in env and _int(env, SLURM_NTASKS, 1, low=1) > 1:
-        return LaunchInfo("srun", _int(env, SLURM_PROCID), _int(env, SLURM_NTASKS, 1, low=1),
-                          _int(env, SLURM_LOCALID, 0), _slurm_local_size(env))
+    if step is not None and step.size > 1:
+        # srun's tasks, with PMI-2 or PMIx or none: Slurm knows each task's node.
+        return LaunchInfo("srun", step.rank, step.size, step.local_rank, step.local_size)
+    if step is None and not env.get(TF_CONFIG):
+        _refuse_job_shell(env)
     return _tf_config_info(env) or LaunchInfo("none")
+
+
+# ------------------------------------------------------------------------------- Slurm
+@dataclasses.dataclass(frozen=True)
+class SlurmStep:
+    """This task's place in its srun step, from the variables srun sets in every task."""
+    rank: int                       # SLURM_PROCID
+    size: int                       # SLURM_STEP_NUM_TASKS
+    local_rank: int                 # SLURM_LOCALID
+    local_size: int                 # SLURM_STEP_TASKS_PER_NODE, this node's count
+    node_index: int                 # SLURM_NODEID
+    nodes: tuple[str, ...]          # SLURM_STEP_NODELIST, expanded
+    tasks_per_node: tuple[int, ...]  # SLURM_STEP_TASKS_PER_NODE, expanded
+
+    def hosts(self) -> list[str]:
+        """The node of every rank, in rank order, as srun --distribution=block places
+        them (a node's tasks on consecutive ranks)."""
+        return [node for node, count in zip(self.nodes, self.tasks_per_node)
+                for _ in range(count)]
+
+    @property
+    def block_rank(self) -> int:
+        """The rank srun --distribution=block gives this node's local task."""
+        return sum(self.tasks_per_node[:self.node_index]) + self.local_rank
+
+
+def slurm_step(env=None) -> SlurmStep | None:
+    """This task of an srun step, or None outside one (no step, or the job's batch or
+    interactive step). Every variable is checked against the others."""
+    env = os.environ if env is None else env
+    if SLURM_STEP_NUM_TASKS not in env or not _is_normal_step(env.get(SLURM_STEP_ID)):
+        return None
+    size = _required_int(env, SLURM_STEP_NUM_TASKS, low=1)
+    nodes = _slurm_list(env, SLURM_STEP_NODELIST)
+    counts = _slurm_list(env, SLURM_STEP_TASKS_PER_NODE)
+    if len(counts) != len(nodes):
+        raise _bad_variable(SLURM_STEP_TASKS_PER_NODE, env[SLURM_STEP_TASKS_PER_NODE],
+                            f"one count per node of SLURM_STEP_NODELIST "
+                            f"({env[SLURM_STEP_NODELIST]!r}: {len(nodes)} nodes)")
+    _expect_equal(env, SLURM_STEP_NUM_TASKS, sum(counts),
+                  f"the sum of SLURM_STEP_TASKS_PER_NODE ({env[SLURM_STEP_TASKS_PER_NODE]!r})")
+    if SLURM_STEP_NUM_NODES in env:
+        _expect_equal(env, SLURM_STEP_NUM_NODES, len(nodes),
+                      f"the number of nodes in SLURM_STEP_NODELIST ({env[SLURM_STEP_NODELIST]!r})")
+    rank = _below(env, SLURM_PROCID, size, f"a rank below SLURM_STEP_NUM_TASKS={size}")
+    node = _below(env, SLURM_NODEID, len(nodes),
+                  f"a node index below SLURM_STEP_NUM_NODES={len(nodes)}")
+    local = _below(env, SLURM_LOCALID, counts[node],
+                   f"a local rank below this node's {counts[node]} tasks "
+                   f"(SLURM_STEP_TASKS_PER_NODE {env[SLURM_STEP_TASKS_PER_NODE]!r})")
+    return SlurmStep(rank, size, local, counts[node], node, tuple(nodes), tuple(counts))
+
+
+def _is_normal_step(step_id) -> bool:
+    # srun's steps are numbered from 0; the batch, extern and interactive steps have
+    # ids from SLURM_MAX_NORMAL_STEP_ID up (printed unsigned, or negative by %d), or a
+    # name. An absent id with step variables present is taken as srun's.
+    if step_id is None:
+        return True
+    return bool(_DIGITS.fullmatch(step_id)) and int(step_id) < contract.SLURM_MAX_NORMAL_STEP_ID
+
+
+def _pmi_is_the_step(env, step: SlurmStep) -> bool:
+    """srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE to the task's own numbers. Hydra (mpiexec
+    in a Slurm job) starts its proxies with srun, and its ranks inherit a step that is
+    the proxies': its numbers differ, and then they are Hydra's to tell."""
+    return _int(env, PMI_RANK) == step.rank and _int(env, PMI_SIZE, 1, low=1) == step.size
+
+
+def _refuse_job_shell(env) -> None:
+    ntasks = _int(env, SLURM_NTASKS, 1, low=1)
+    if SLURM_JOB_ID not in env or ntasks == 1:
+        return  # not in a Slurm job, or a 1-task job: one process is the whole job
+    raise usage_error(
+        f"Slurm job {env[SLURM_JOB_ID]} (SLURM_NTASKS={ntasks})",
+        "a process outside any srun step (no SLURM_STEP_NUM_TASKS: the job's batch script "
+        f"or salloc shell, where one process would train alone as rank 0 of {ntasks})",
+        f"one process per task, started by srun (which sets SLURM_STEP_NUM_TASKS and "
+        f"SLURM_PROCID in each of the {ntasks})",
+        "run it under srun (srun python -m horovod_train ...; srun -n 1 for one process), "
+        "or submit the script `python -m launch slurm` renders")
+
+
+def _slurm_list(env, name: str) -> list:
+    from launch.errors import LaunchError
+    from launch.slurm_nodes import expand_nodelist, expand_tasks_per_node
+    expand = expand_nodelist if name == SLURM_STEP_NODELIST else expand_tasks_per_node
+    if name not in env:
+        raise _missing(name)
+    try:
+        return expand(env[name], where=name)
+    except LaunchError as err:
+        # "NAME: received ...; expected ... Example: ..." from the one parser of launch/.
+        expected = str(err).partition("; expected ")[2].partition(". Example: ")[0]
+        raise _bad_variable(name, env[name], expected or "a Slurm list") from None
+
+
+def _required_int(env, name: str, low: int = 0) -> int:
+    if name not in env:
+        raise _missing(name)
+    return _int(env, name, low=low)
+
+
+def _below(env, name: str, limit: int, expected: str) -> int:
+    value = _required_int(env, name)
+    if value >= limit:
+        raise _bad_variable(name, env[name], expected)
+    return value
+
+
+def _expect_equal(env, name: str, wanted: int, what: str) -> None:
+    if _required_int(env, name) != wanted:
+        raise _bad_variable(name, env[name], f"{what}: {wanted}")
+
+
+def _missing(name: str) -> UsageError:
+    return _bad_variable(name, None, "a value (srun sets it in every task of a step)")
 
 
 def gpus_bound_per_task(env=None) -> bool:

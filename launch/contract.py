@@ -29,6 +29,41 @@ ENV_TF_CONFIG = "TF_CONFIG"  # tf.distribute's own: the cluster and this worker'
 
 # ---- who started the ranks (horovod_train.env reads each one's variables) ----
 MPI_STYLE_LAUNCHERS = ("horovodrun", "mpirun", "mpich", "srun")  # Horovod can join these
+# Horovod's horovodrun (gloo and mpi controllers).
+HOROVOD_RANK = "HOROVOD_RANK"
+HOROVOD_SIZE = "HOROVOD_SIZE"
+HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"
+HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
+# Open MPI's mpirun (its ranks; a rank started by srun --mpi=pmix has none of these).
+OMPI_RANK = "OMPI_COMM_WORLD_RANK"
+OMPI_SIZE = "OMPI_COMM_WORLD_SIZE"
+OMPI_LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK"
+OMPI_LOCAL_SIZE = "OMPI_COMM_WORLD_LOCAL_SIZE"
+# PMI-1/2: MPICH / Intel MPI's Hydra sets all four; srun --mpi=pmi2 only the first two.
+PMI_RANK = "PMI_RANK"
+PMI_SIZE = "PMI_SIZE"
+MPI_LOCALRANKID = "MPI_LOCALRANKID"
+MPI_LOCALNRANKS = "MPI_LOCALNRANKS"
+# Slurm. srun sets these in every task of a step (whatever options it was given); the
+# job's batch script and an salloc shell have SLURM_JOB_ID and SLURM_NTASKS but no step.
+SLURM_JOB_ID = "SLURM_JOB_ID"
+SLURM_NTASKS = "SLURM_NTASKS"  # the job's tasks (srun --preserve-env keeps the job's)
+SLURM_STEP_ID = "SLURM_STEP_ID"  # a number; absent or special in the batch step
+SLURM_STEP_NUM_TASKS = "SLURM_STEP_NUM_TASKS"
+SLURM_STEP_NUM_NODES = "SLURM_STEP_NUM_NODES"
+SLURM_STEP_NODELIST = "SLURM_STEP_NODELIST"  # 'n[1-2]'; SLURM_JOB_NODELIST is the job's
+SLURM_STEP_TASKS_PER_NODE = "SLURM_STEP_TASKS_PER_NODE"  # '2(x3),1'; per step node
+SLURM_PROCID = "SLURM_PROCID"  # rank in the step (0 in the batch step too)
+SLURM_NODEID = "SLURM_NODEID"  # index of this node in SLURM_STEP_NODELIST
+SLURM_LOCALID = "SLURM_LOCALID"  # rank among the step's tasks on this node
+SLURM_CPUS_PER_TASK = "SLURM_CPUS_PER_TASK"  # srun/sbatch --cpus-per-task, when given
+SLURM_GPUS_PER_TASK = "SLURM_GPUS_PER_TASK"  # srun --gpus-per-task (binds per task by default)
+SLURM_GPU_BIND = "SLURM_GPU_BIND"  # srun --gpu-bind, e.g. "single:1", "verbose,none"
+# Step ids from 0xfffffff0 up are Slurm's special steps (batch 0xfffffffb, extern,
+# interactive 0xfffffffa): the job's own shell, never one of its ranks.
+SLURM_MAX_NORMAL_STEP_ID = 0xfffffff0
+# CUDA's own: the GPUs this process may use (a launcher or wrapper may set it per rank).
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 # ---- several ranks sharing one CPU host's cores ----
 # Chosen by the launcher (for the ranks it starts) and by the horovod backend (for ranks

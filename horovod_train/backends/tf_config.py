@@ -1,7 +1,8 @@
 """TF_CONFIG for the mwms backend: validated when given, derived when not. TF-free.
 
 Derivation follows the launcher that started us:
-  - srun: the job's nodelist (expanded here, no scontrol needed), tasks per node;
+  - srun: the step's node list and tasks per node (SLURM_STEP_*, expanded here, no
+    scontrol needed), in srun's block order;
   - mpirun / MPICH: an allgather of hostnames over MPI (mpi4py);
   - horovodrun with every rank on this host: localhost.
 Worker i listens on port_base + its local rank, so ports are predictable per host.
@@ -89,14 +90,17 @@ def _hosts_from_mpi(size: int) -> list[str]:
     return hosts
 
 
-def _hosts_from_slurm(environ, size: int) -> list[str]:
-    from launch.slurm_nodes import expand_nodelist, expand_tasks_per_node
-    nodes = expand_nodelist(environ[env_lib.SLURM_JOB_NODELIST])
-    counts = expand_tasks_per_node(environ.get(env_lib.SLURM_NTASKS_PER_NODE, "1"))
-    hosts = [node for node, count in zip(nodes, counts) for _ in range(count)]
-    if len(hosts) != size:
-        raise UsageError(f"Slurm nodelist gives {len(hosts)} tasks but SLURM_NTASKS={size}")
-    return hosts  # srun's default block distribution: consecutive ranks per node
+def _hosts_from_slurm(environ) -> list[str]:
+    """Every rank's node, from the srun step's own variables (env.slurm_step)."""
+    step = env_lib.slurm_step(environ)
+    if step.rank != step.block_rank:
+        raise UsageError(
+            f"srun task layout: received rank {step.rank} on node {step.node_index} "
+            f"({step.nodes[step.node_index]}) as its local task {step.local_rank}; expected "
+            f"block distribution (rank {step.block_rank} there), the order the TF_CONFIG workers "
+            f"are listed in. Fix: srun --distribution=block (the script `python -m launch "
+            f"slurm` renders passes it), or set TF_CONFIG yourself")
+    return step.hosts()
 
 
 def _hosts_from_launcher_list(value: str, size: int) -> list[str]:
@@ -132,7 +136,7 @@ def resolve_tf_config(environ, port_base: int) -> dict:
     if environ.get(contract.ENV_HOSTS) and info.is_distributed_launch:
         hosts = _hosts_from_launcher_list(environ[contract.ENV_HOSTS], info.size)
     elif info.launcher == "srun":
-        hosts = _hosts_from_slurm(environ, info.size)
+        hosts = _hosts_from_slurm(environ)
     elif info.launcher in ("mpirun", "mpich"):
         hosts = _hosts_from_mpi(info.size)
     elif info.launcher == "horovodrun" and info.local_size == info.size:

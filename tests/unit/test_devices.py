@@ -80,8 +80,10 @@ def test_an_impossible_local_rank_is_refused(rank, size):
 
 
 # ---- the binding as the launcher announces it -------------------------------------
-SRUN_4 = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
-          "SLURM_NTASKS_PER_NODE": "4(x2)"}
+SRUN_4 = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+          "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "8",
+          "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[1-2]",
+          "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}  # what srun -N 2 -n 8 sets in task 5
 OMPI_4 = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
           "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
 

@@ -6,6 +6,13 @@ import pytest
 from horovod_train import env
 
 
+# What srun sets in task 9 of `srun -N 2 -n 16` (tests/unit/test_env_slurm.py has more).
+SRUN_STEP = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "16",
+             "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "n[1-2]",
+             "SLURM_STEP_TASKS_PER_NODE": "8(x2)", "SLURM_PROCID": "9", "SLURM_NODEID": "1",
+             "SLURM_LOCALID": "1", "SLURM_NTASKS": "16"}
+
+
 @pytest.mark.parametrize("variables, expected", [
     ({}, ("none", 0, 1, 0, 1)),
     ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
@@ -13,8 +20,8 @@ from horovod_train import env
     ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
       "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ("mpirun", 3, 8, 1, 2)),
     ({"PMI_RANK": "2", "PMI_SIZE": "3"}, ("mpich", 2, 3, 0, 1)),
-    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
-      "SLURM_NTASKS_PER_NODE": "8(x2)"}, ("srun", 5, 16, 1, 8)),
+    (dict(SRUN_STEP, SLURM_PROCID="5", SLURM_LOCALID="5", SLURM_NODEID="0"),
+     ("srun", 5, 16, 5, 8)),
     ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:2", "c:3"]},
                                "task": {"type": "worker", "index": 2}})}, ("tf_config", 2, 3, 0, 1)),
     ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1", "h:2", "g:1", "h:3"]},
@@ -32,7 +39,9 @@ def test_horovodrun_wins_over_the_mpirun_underneath():
 
 
 def test_single_task_srun_is_not_a_distributed_launch():
-    info = env.launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"})
+    info = env.launch_info(dict(SRUN_STEP, SLURM_STEP_NUM_TASKS="1", SLURM_STEP_NUM_NODES="1",
+                                SLURM_STEP_NODELIST="n1", SLURM_STEP_TASKS_PER_NODE="1",
+                                SLURM_PROCID="0", SLURM_NODEID="0", SLURM_LOCALID="0"))
     assert not info.is_distributed_launch
 
 
@@ -69,10 +78,12 @@ def test_auto_backend_follows_the_launch():
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "0"}, "OMPI_COMM_WORLD_SIZE",
      "a positive integer"),
     ({"PMI_RANK": "1", "PMI_SIZE": "2.5"}, "PMI_SIZE", "a positive integer"),
-    ({"SLURM_PROCID": "x", "SLURM_NTASKS": "2"}, "SLURM_PROCID", "a non-negative integer"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "many"}, "SLURM_NTASKS", "a positive integer"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "x(x2)"},
-     "SLURM_NTASKS_PER_NODE", "a positive integer"),
+    (dict(SRUN_STEP, SLURM_PROCID="x"), "SLURM_PROCID", "a non-negative integer"),
+    (dict(SRUN_STEP, SLURM_STEP_NUM_TASKS="many"), "SLURM_STEP_NUM_TASKS", "a positive integer"),
+    ({"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "many"}, "SLURM_NTASKS",
+     "a positive integer"),
+    (dict(SRUN_STEP, SLURM_STEP_TASKS_PER_NODE="x(x2)"), "SLURM_STEP_TASKS_PER_NODE",
+     "'N' or 'N(xR)' entries"),
 ])
 def test_malformed_rank_variable_is_one_usage_line(variables, name, expected):
     """Issue 17 item 14: a usage error (exit 2), not a bare ValueError traceback."""
