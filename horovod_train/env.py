@@ -268,9 +268,34 @@ def gpus_bound_per_task(env=None) -> bool:
     return "none" not in env.get(SLURM_GPU_BIND, "").split(",")
 
 
-def default_intra_op_threads(local_size: int, cores: int | None = None) -> int:
-    """cores / ranks on this host, at least 1 (the launcher's rule: contract.threads_per_rank)."""
+def default_intra_op_threads(local_size: int, cores: int | None = None, env=None) -> int:
+    """Intra-op threads of a rank that was given no --intra_op_threads, by one rule:
+    TF_NUM_INTRAOP_THREADS when set (TensorFlow's own name, exported by `python -m launch`
+    and the sbatch script); else SLURM_CPUS_PER_TASK, the CPUs Slurm gave this task, at
+    most the CPUs this process may run on (Slurm 22.05's srun does not inherit the batch
+    script's --cpus-per-task, but the variable is inherited); else cores / local ranks
+    (contract.threads_per_rank, the launcher's rule)."""
+    env = os.environ if env is None else env
     if cores is None:
         # The affinity mask, not cpu_count(): under Slurm or taskset we own fewer cores.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    given = _thread_count(env, contract.ENV_TF_INTRAOP_THREADS)
+    if given:
+        return given
+    per_task = _thread_count(env, SLURM_CPUS_PER_TASK, low=1)
+    if per_task:
+        return max(1, min(per_task, cores or per_task))
     return contract.threads_per_rank(cores, local_size)
+
+
+def default_inter_op_threads(local_size: int, env=None) -> int:
+    """TF_NUM_INTEROP_THREADS when set; else 2 when ranks share a host; else 0 (TF's)."""
+    env = os.environ if env is None else env
+    return _thread_count(env, contract.ENV_TF_INTEROP_THREADS) or (2 if local_size > 1 else 0)
+
+
+def _thread_count(env, name: str, low: int = 0) -> int | None:
+    # TensorFlow reads 0 or '' in its variables as "not set"; so do we.
+    if env.get(name, "") == "":
+        return None
+    return _int(env, name, low=low) or None

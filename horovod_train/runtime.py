@@ -7,8 +7,10 @@ from horovod_train import env
 def configure_threads(config, local_size: int) -> tuple[int, int]:
     """Sets intra/inter-op threads; several ranks per host split the cores."""
     import tensorflow as tf
+    # The flags first; then env.py's one rule (TF's own variables, SLURM_CPUS_PER_TASK,
+    # cores / local ranks).
     intra = config.intra_op_threads or env.default_intra_op_threads(local_size)
-    inter = config.inter_op_threads or (2 if local_size > 1 else 0)
+    inter = config.inter_op_threads or env.default_inter_op_threads(local_size)
     try:
         tf.config.threading.set_intra_op_parallelism_threads(intra)
         tf.config.threading.set_inter_op_parallelism_threads(inter)

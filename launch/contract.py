@@ -76,8 +76,13 @@ CPU_SHARING_DEFAULTS = types.MappingProxyType({
     # neighbouring rank. Read at MPI_Init, i.e. inside hvd.init().
     "OMPI_MCA_mpi_yield_when_idle": "1",
 })
-# Each rank's thread pools, sized cores // ranks (see threads_per_rank).
-ENV_THREAD_NAMES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+# TensorFlow's own thread counts. The program honours them (horovod_train.env's rule:
+# --intra_op_threads, then these, then SLURM_CPUS_PER_TASK, then cores / local ranks).
+ENV_TF_INTRAOP_THREADS = "TF_NUM_INTRAOP_THREADS"
+ENV_TF_INTEROP_THREADS = "TF_NUM_INTEROP_THREADS"
+# Each rank's thread pools, sized cores // ranks (see threads_per_rank); the launcher and
+# the sbatch script export them for the ranks they start.
+ENV_THREAD_NAMES = ("OMP_NUM_THREADS", ENV_TF_INTRAOP_THREADS)
 
 
 def threads_per_rank(cores: int, ranks: int) -> int:

@@ -53,7 +53,7 @@ def test_bad_integer_names_the_variable():
 @pytest.mark.parametrize("local_size, cores, expected", [(1, 2, 2), (2, 2, 1), (4, 2, 1),
                                                          (2, 16, 8), (3, 16, 5)])
 def test_threads_split_cores_between_local_ranks(local_size, cores, expected):
-    assert env.default_intra_op_threads(local_size, cores) == expected
+    assert env.default_intra_op_threads(local_size, cores, {}) == expected
 
 
 def test_auto_backend_follows_the_launch():
