@@ -186,6 +186,12 @@ def slurm_step(env=None) -> SlurmStep | None:
     return SlurmStep(rank, size, local, counts[node], node, tuple(nodes), tuple(counts))
 
 
+def slurm_job_id(env=None) -> int | None:
+    """SLURM_JOB_ID as a number; None outside a Slurm job."""
+    env = os.environ if env is None else env
+    return _int(env, SLURM_JOB_ID)
+
+
 def _is_normal_step(step_id) -> bool:
     # srun's steps are numbered from 0; the batch, extern and interactive steps have
     # ids from SLURM_MAX_NORMAL_STEP_ID up (printed unsigned, or negative by %d), or a

@@ -106,7 +106,9 @@ def _slurm_flags(parser) -> None:
     _add(parser, "--output_pattern", default="%x-%j.out", help="sbatch --output")
     _add(parser, "--exclusive", action="store_true")
     _add(parser, "--srun_mpi", choices=SRUN_MPI, default="pmix")
-    _add(parser, "--port_base", type=_whole, default=contract.DEFAULT_MWMS_PORT_BASE)
+    _add(parser, "--port_base", type=_whole,
+         help="mwms: worker k of a node listens on port_base + k (default: from "
+              "SLURM_JOB_ID, so jobs sharing a node differ)")
     _add(parser, "--nccl_debug", default="WARN")
     _add(parser, "--nccl_ib_hca", help="e.g. mlx5_0,mlx5_1")
     _add(parser, "--nccl_socket_ifname", help="e.g. ib0")

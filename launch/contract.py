@@ -24,7 +24,7 @@ JIT_MODES = ("auto", "true", "false")
 ENV_HOSTS = "HOROVOD_TRAIN_HOSTS"  # "h1:2,h2:2": hosts and slots, ranks fill them in order
 ENV_MWMS_PORT_BASE = "HOROVOD_TRAIN_MWMS_PORT_BASE"  # mwms worker i listens on base + local rank
 ENV_TF_WORKERS = "HOROVOD_TRAIN_TF_WORKERS"  # sbatch: the quoted worker list for TF_CONFIG
-DEFAULT_MWMS_PORT_BASE = 12345
+DEFAULT_MWMS_PORT_BASE = 12345  # outside a Slurm job; inside one, see slurm_port_base
 ENV_TF_CONFIG = "TF_CONFIG"  # tf.distribute's own: the cluster and this worker's index
 
 # ---- who started the ranks (horovod_train.env reads each one's variables) ----
@@ -88,3 +88,37 @@ ENV_THREAD_NAMES = ("OMP_NUM_THREADS", ENV_TF_INTRAOP_THREADS)
 def threads_per_rank(cores: int, ranks: int) -> int:
     """cores / ranks on a host, at least 1: oversubscribed ranks run up to 3x slower."""
     return max(1, (cores or 1) // max(1, ranks))
+
+
+# ---- mwms ports of a Slurm job ----
+# A job given no port base takes one from its SLURM_JOB_ID, so two jobs sharing a node
+# (two 1-GPU jobs on one host) do not both listen on 12345:
+#     base   = 15000 + (SLURM_JOB_ID mod slots) * stride
+#     stride = 8, or the next multiple of 8 that holds the tasks per node
+#     slots  = (32768 - 15000) // stride          (2221 for up to 8 tasks per node)
+# 15000 is launch/ports.py's LOWEST and 32768 the start of Linux's default ephemeral range
+# (ports.py's rule: listening ports below it). Fixed numbers, not this node's range:
+# every node of the job must compute the same base. Jobs whose ids differ by less than
+# `slots` never share a port at the same stride; ids `slots` apart do.
+SLURM_PORT_STRIDE = 8
+
+
+def slurm_port_layout(tasks_per_node: int) -> tuple[int, int, int]:
+    """(lowest base, stride, slots) for jobs of up to `tasks_per_node` per node."""
+    from launch.ports import DEFAULT_EPHEMERAL, LOWEST  # here: launch/ imports contract
+    stride = SLURM_PORT_STRIDE * -(-max(1, tasks_per_node) // SLURM_PORT_STRIDE)
+    return LOWEST, stride, max(1, (DEFAULT_EPHEMERAL[0] - LOWEST) // stride)
+
+
+def slurm_port_base(job_id: int, tasks_per_node: int) -> int:
+    """The port base of Slurm job `job_id` (see above); worker k of a node listens on
+    base + k."""
+    low, stride, slots = slurm_port_layout(tasks_per_node)
+    return low + (job_id % slots) * stride
+
+
+def slurm_port_base_shell(tasks_per_node: int) -> str:
+    """slurm_port_base as bash arithmetic on $SLURM_JOB_ID, for the sbatch script."""
+    low, stride, slots = slurm_port_layout(tasks_per_node)
+    return (f"$(( {low} + ${{{SLURM_JOB_ID}:?is unset: submit this script with sbatch}} "
+            f"% {slots} * {stride} ))")

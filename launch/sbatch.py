@@ -43,7 +43,7 @@ class SlurmJob:
     exclusive: bool = False
     srun_mpi: str = "pmix"                # horovod only; mwms needs no PMI
     gpus_per_task: int | None = None
-    port_base: int = contract.DEFAULT_MWMS_PORT_BASE
+    port_base: int | None = None          # mwms; None: from SLURM_JOB_ID (contract)
     nccl_debug: str = "WARN"
     nccl_ib_hca: str | None = None
     nccl_socket_ifname: str | None = None
@@ -145,6 +145,15 @@ def _srun_text(job: SlurmJob) -> str:
     return " \\\n  ".join([shlex.join(options)] + [shlex.join(command)])
 
 
+def _port_base_text(job: SlurmJob) -> str:
+    """The given base, or the job's own from $SLURM_JOB_ID (contract.slurm_port_base),
+    so two jobs on one node do not share ports."""
+    width = tasks_per_node(job)
+    if job.port_base is None:
+        return contract.slurm_port_base_shell(width)
+    return str(check_port_range(job.port_base, width))
+
+
 def render_sbatch(job: SlurmJob) -> str:
     """The sbatch script text for `job` (validated; raises LaunchError on bad input)."""
     plan.check_choice(job.backend, contract.LAUNCHED_BACKENDS, "--backend")
@@ -152,7 +161,7 @@ def render_sbatch(job: SlurmJob) -> str:
               "@NCCL@": "\n".join(_nccl_lines(job)),
               "@ENV@": "\n".join(_env_lines(job)),
               "@SRUN@": _srun_text(job),
-              "@PORT_BASE@": str(check_port_range(job.port_base, tasks_per_node(job))),
+              "@PORT_BASE@": _port_base_text(job),
               "@TASKS_PER_NODE@": str(tasks_per_node(job)),
               "@ENV_TF_WORKERS@": contract.ENV_TF_WORKERS,
               "@ENV_MWMS_PORT_BASE@": contract.ENV_MWMS_PORT_BASE}

@@ -7,6 +7,7 @@ Derivation follows the launcher that started us:
   - horovodrun with every rank on this host: localhost.
 Worker i listens on port_base + its local rank, so ports are predictable per host.
 """
+import collections
 import errno
 import json
 import socket
@@ -114,10 +115,16 @@ def _hosts_from_launcher_list(value: str, size: int) -> list[str]:
     return hosts[:size]
 
 
-def _port_base(environ, default: int) -> int:
-    """HOROVOD_TRAIN_MWMS_PORT_BASE (set by `python -m launch`) wins over the flag."""
+def _port_base(environ, default: int, width: int) -> int:
+    """HOROVOD_TRAIN_MWMS_PORT_BASE (set by `python -m launch`) wins over the flag. In a
+    Slurm job, a --mwms_port_base left at its default gives way to the job's own base
+    (contract.slurm_port_base: two jobs on one node must not share ports); `width` is
+    the most workers any host runs, the same number on every rank."""
     raw = environ.get(contract.ENV_MWMS_PORT_BASE)
     if raw is None:
+        job_id = env_lib.slurm_job_id(environ)
+        if job_id is not None and default == contract.DEFAULT_MWMS_PORT_BASE:
+            return contract.slurm_port_base(job_id, width)
         return default
     if not raw.isdigit() or not 1024 <= int(raw) <= 65535:
         raise UsageError(f"environment variable {contract.ENV_MWMS_PORT_BASE}: received {raw!r}; "
@@ -132,7 +139,6 @@ def resolve_tf_config(environ, port_base: int) -> dict:
     if raw:
         return validate(raw)
     info = env_lib.launch_info(environ)
-    port_base = _port_base(environ, port_base)
     if environ.get(contract.ENV_HOSTS) and info.is_distributed_launch:
         hosts = _hosts_from_launcher_list(environ[contract.ENV_HOSTS], info.size)
     elif info.launcher == "srun":
@@ -147,7 +153,8 @@ def resolve_tf_config(environ, port_base: int) -> dict:
         raise UsageError("--backend=mwms under horovodrun across hosts: received no TF_CONFIG; "
                          "expected TF_CONFIG or a launcher we can derive it from. Fix: launch "
                          "with mpirun or srun, or set TF_CONFIG ('python -m launch tf-config')")
-    config = _config(hosts, info.rank, port_base)
+    width = max(collections.Counter(hosts).values())
+    config = _config(hosts, info.rank, _port_base(environ, port_base, width))
     _refuse_duplicates(config["cluster"]["worker"])  # e.g. 'localhost' and '127.0.0.1'
     return config
 

@@ -104,7 +104,7 @@ def start_script(tmp_path, text, ntasks, nodelist, scontrol="works", **extra_env
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     python_dir = str(Path(sys.executable).parent)
-    env = {"PATH": f"{bindir}:{python_dir}", "FAKE_NTASKS": str(ntasks),
+    env = {"PATH": f"{bindir}:{python_dir}", "FAKE_NTASKS": str(ntasks), "SLURM_JOB_ID": "41",
            "SRUN_ARGS": str(tmp_path / "srun_args"), "PYTHONPATH": str(REPO), **extra_env}
     if nodelist is not None:
         env["SLURM_JOB_NODELIST"] = nodelist
