@@ -21,6 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common  # noqa: E402
+from bench.xla import fused_step  # noqa: E402
 
 TARGET = 1.01
 RANKS = 2  # the epoch per rank shrinks with the world size; 2 is what this host runs
@@ -30,20 +31,6 @@ MODELS = [("digits_cnn", (32, 32, 3), 64, 1437),  # sklearn digits' training spl
 SETTINGS = {True: {"rounds": 3, "steps": {"digits_cnn": 20, "resnet18_cifar": 3}, "checks": 5},
             False: {"rounds": 5, "steps": {"digits_cnn": 50, "resnet18_cifar": 8},
                     "checks": 15}}
-
-
-def _step(model_name, shape):
-    import keras
-    import models
-    from horovod_train.backends.local import LocalBackend
-    from horovod_train.step import StepOptions, TrainStep
-    keras.utils.set_random_seed(0)
-    backend = LocalBackend()
-    backend.setup()
-    model = models.get_model(model_name, input_shape=shape, num_classes=10)
-    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-    optimizer.build(model.trainable_variables)
-    return TrainStep(model, optimizer, backend, StepOptions(jit_compile=False))
 
 
 def _step_seconds(step, batch, steps) -> float:
@@ -82,7 +69,7 @@ def _check_seconds(ring, variables) -> float:
 
 def _one_model(name, shape, batch, examples, settings) -> dict:
     import tensorflow as tf
-    step = _step(name, shape)
+    step = fused_step(name, shape)
     data = (tf.random.stateless_uniform([batch, *shape], seed=[1, 2]),
             tf.random.stateless_uniform([batch], seed=[3, 4], maxval=10, dtype=tf.int32),
             (tf.constant(False), tf.constant(0.0)))  # no poison, no stop vote

@@ -55,7 +55,9 @@ def report(r: dict) -> str:
 
 # --- the child: both steps in one process --------------------------------------------
 
-def _step(model_name, shape, jit):
+def fused_step(model_name, shape, jit=False):
+    """The fused TrainStep of a zoo model on the local backend (one process), as the
+    XLA and divergence-guard benchmarks time it."""
     import keras
     import models
     from horovod_train.backends.local import LocalBackend
@@ -81,7 +83,7 @@ def worker(settings: dict):
     import numpy as np
     import tensorflow as tf
     for name, shape, batch in MODELS:
-        steps = {jit: _step(name, shape, jit) for jit in (False, True)}
+        steps = {jit: fused_step(name, shape, jit) for jit in (False, True)}
         # The same start for both (the seed alone does not give ResNet the same weights).
         steps[True].model.set_weights(steps[False].model.get_weights())
         x = tf.random.stateless_uniform([batch, *shape], seed=[1, 2])

@@ -21,17 +21,25 @@ class BroadcastInitialState(keras.callbacks.Callback):
 
     A model built before fit is broadcast at train begin (the optimizer is built first
     so its slots exist). A model built lazily by its first step is broadcast right after
-    that step; gradients were averaged, so that step kept the ranks consistent anyway."""
+    that step; gradients were averaged, so that step kept the ranks consistent anyway.
+    At epoch ends and at the end of training the divergence guard compares the ranks'
+    trainable weights. `local_ids`: variables (by id) that keep each rank's own values."""
 
-    def __init__(self, strategy):
+    def __init__(self, strategy, root_rank=0, local_ids=None):
         super().__init__()
         self.strategy = strategy
+        self.root_rank = root_rank
+        self.local_ids = set(local_ids or ())
         self.done = False
-        self.guard = divergence_guard.EpochGuard()
+        self.guard = divergence_guard.EpochGuard(self.local_ids)  # the same set, shared
 
-    def on_train_begin(self, logs=None):
+    def prepare(self):
+        """At train begin, before any collective: refuse what would diverge or hang."""
         check_compiled_optimizer(self.model, self.strategy)
         compile_around_collectives(self.model, self.strategy)
+
+    def on_train_begin(self, logs=None):
+        self.prepare()
         if not self.done and self.model.built and self.model.weights:
             self._broadcast()
 
@@ -50,7 +58,8 @@ class BroadcastInitialState(keras.callbacks.Callback):
         if opt is not None and not opt.built:
             opt.build(self.model.trainable_variables)
         variables = list(self.model.weights) + (list(opt.variables) if opt is not None else [])
-        self.strategy.backend.broadcast_variables(variables)
+        shared = [v for v in variables if id(v) not in self.local_ids]
+        self.strategy.backend.tensor_ops().broadcast_variables(shared, self.root_rank)
         self.done = True
 
 
@@ -157,48 +166,30 @@ class ChiefProgbar(keras.callbacks.ProgbarLogger):
 
 
 # ---- Horovod's names (hvd.callbacks.*): the job is the process's joined strategy -------
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """root_rank's model weights and optimizer state on every rank, once, before the
-    first update (at train begin when the model is built, else after the first batch,
-    as Horovod's); `local_variables` keep each rank's own values. At epoch ends and at
-    the end of training the divergence guard compares the ranks' trainable weights."""
+class BroadcastGlobalVariablesCallback(BroadcastInitialState):
+    """Horovod's: root_rank's model weights and optimizer state on every rank, once,
+    before the first update (at train begin when the model is built, else after the
+    first batch, as Horovod's); `local_variables` keep each rank's own values. Unlike
+    ours, a model compiled without DistributedOptimizer is not refused (Horovod's
+    tests broadcast frozen models): the divergence guard stops it if the ranks part."""
 
     def __init__(self, root_rank, device="", local_variables=None):
-        super().__init__()
-        self.root_rank = root_rank
-        self.local_ids = {id(v) for v in (local_variables or [])}
-        self.done = False
-        self.guard = divergence_guard.EpochGuard(self.local_ids)  # the same set, shared
+        super().__init__(None, root_rank, [id(v) for v in local_variables or []])
+
+    @property
+    def strategy(self):
+        return state.require("BroadcastGlobalVariablesCallback")
+
+    @strategy.setter
+    def strategy(self, value):
+        """Set by BroadcastInitialState.__init__ (None): the joined strategy is read."""
 
     def register_local_var(self, var):
         self.local_ids.add(id(var))
 
-    def on_train_begin(self, logs=None):
-        strategy = state.require("BroadcastGlobalVariablesCallback")
+    def prepare(self):
         if isinstance(self.model.optimizer, DistributedOptimizer):
-            compile_around_collectives(self.model, strategy)
-        if not self.done and self.model.built and self.model.weights:
-            self._broadcast()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if not self.done:
-            self._broadcast()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.guard.epoch_end(state.require("BroadcastGlobalVariablesCallback"), self.model, epoch)
-
-    def on_train_end(self, logs=None):
-        self.guard.train_end(state.require("BroadcastGlobalVariablesCallback"), self.model)
-
-    def _broadcast(self):
-        opt = self.model.optimizer
-        if opt is not None and not opt.built:
-            opt.build(self.model.trainable_variables)
-        variables = list(self.model.weights) + (list(opt.variables) if opt is not None else [])
-        shared = [v for v in variables if id(v) not in self.local_ids]
-        ops = state.require("BroadcastGlobalVariablesCallback").backend.tensor_ops()
-        ops.broadcast_variables(shared, self.root_rank)
-        self.done = True
+            compile_around_collectives(self.model, self.strategy)
 
 
 class MetricAverageCallback(MetricAverage):
