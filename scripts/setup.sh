@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent setup for a fresh Debian 12 machine (as root, no stdin) or a re-run.
-#   1. apt packages (OpenMPI, compilers, cmake 3.25) - only what is missing;
+#   1. apt packages (OpenMPI, compilers, cmake 3.25, Slurm + munge for the Slurm tests) -
+#      only what is missing;
 #   2. the venv with the pinned requirements - only when the requirements changed;
 #   3. horovod==$HOROVOD_VERSION built from source against the venv's TensorFlow -
 #      the wheel is cached per TF/CUDA/Python version, so re-runs install it in seconds;
@@ -18,6 +19,11 @@ PYTHON=${PYTHON:-python3}
 CACHE=${HOROVOD_TRAIN_CACHE:-$HOME/.cache/horovod_train}
 HOROVOD_VERSION=0.28.1
 APT_PACKAGES=(openmpi-bin libopenmpi-dev build-essential cmake git python3-dev python3-venv iproute2 procps)
+# Debian's Slurm 22.05 and munge: tests/multiprocess/test_slurm_local.py runs real sbatch,
+# srun and salloc jobs on a cluster scripts/slurm_local.sh starts on this machine (its own
+# config, ports and munge key; the packages' own services are not used). About 20 s to
+# install once (apt-get update included); nothing on later runs.
+APT_PACKAGES+=(slurm-wlm munge)
 FRAMEWORKS=(TensorFlow MPI Gloo)  # what horovodrun --check-build must list
 if [[ $GPU == 1 ]]; then
   VENV=${VENV:-$ROOT/.venv-gpu}

@@ -1,0 +1,225 @@
+"""Real Slurm on this machine (issue 21): the sbatch scripts `python -m launch slurm` renders,
+srun, salloc and the launcher's Slurm forms, run as jobs of a cluster that
+scripts/slurm_local.sh brings up (Debian's Slurm 22.05, munge, our own ports and state dir).
+
+Every job trains digits_cnn for 30 steps on 2 ranks and is checked twice: the summary
+(identical weight digests on every rank, equal to the exported weights; accuracy well
+above chance), and what each rank saw of itself, rank, size, local rank and local size,
+both as horovod_train.env detected it from the launcher's variables and as the backend
+joined (slurm_rank_probe.py records them; the program itself reports no rank).
+
+One node: the cluster's node is this machine, under its own hostname. Two nodes: n1 and
+n2, each slurmd in its own network namespace (tests/netns/topology.py), so ranks on
+different nodes talk over veth links, as on separate hosts.
+"""
+import os
+import sys
+
+import pytest
+
+import slurm_fixture
+from helpers import run_cli
+from launch.ports import free_port_base
+from ranks import TRAIN, assert_ranks_identical, load_weights
+
+pytestmark = pytest.mark.slow
+
+STEPS = 30
+FLAGS = [f"--max_steps={STEPS}", "--deterministic", "--optimizer=sgd", "--learning_rate=0.05",
+         "--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10"]
+JOB_TIMEOUT_S = 300
+MIN_ACCURACY = 0.5  # 30 steps reach ~0.93 on digits; chance is 0.1
+
+
+@pytest.fixture(scope="module")
+def one_node():
+    cluster = slurm_fixture.start(1)
+    try:
+        yield cluster
+    finally:
+        slurm_fixture.stop(cluster)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    cluster = slurm_fixture.start(2)
+    try:
+        yield cluster
+    finally:
+        slurm_fixture.stop(cluster)
+
+
+class Job:
+    """Paths of one job: the submit dir (job output files land here), the run dir
+    (summary, weights) and the probe dir (one record per rank)."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        self.run_dir = tmp_path / "run"
+        self.probe_dir = tmp_path / "probe"
+        self.run_dir.mkdir()
+        self.probe_dir.mkdir()
+
+    def train_argv(self) -> list[str]:
+        return [sys.executable, slurm_fixture.PROBE, *FLAGS,
+                f"--summary_json={self.run_dir}/summary.json",
+                f"--export_weights={self.run_dir}/weights.npz"]
+
+    def run(self, cluster, argv, timeout=JOB_TIMEOUT_S):
+        proc = cluster.run(argv, cwd=self.dir, timeout=timeout, HT_PROBE_DIR=self.probe_dir)
+        assert proc.returncode == 0, self.explain(f"{argv[0]} exited {proc.returncode}", proc)
+        return proc
+
+    def explain(self, what: str, proc=None) -> str:
+        out = f"\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-6000:]}" if proc else ""
+        return (f"{what}{out}\njob output:\n{slurm_fixture.job_output(self.dir)}\n"
+                f"rank records: {slurm_fixture.rank_records(self.probe_dir)}")
+
+    def check(self, launcher: str, positions, nodes=None):
+        """positions[r] = (local rank, local size) of rank r; nodes[r] its Slurm node."""
+        import json
+        size = len(positions)
+        summary_path = self.run_dir / "summary.json"
+        assert summary_path.exists(), self.explain("no summary.json")
+        summary = json.loads(summary_path.read_text())
+        assert summary["world_size"] == size and summary["steps"] == STEPS, summary
+        assert_ranks_identical(summary, self.run_dir, size)
+        assert summary["test_accuracy"] > MIN_ACCURACY, summary["test_accuracy"]
+        records = slurm_fixture.rank_records(self.probe_dir)
+        assert len(records) == size, self.explain(f"{len(records)} rank records, expected {size}")
+        problems = []
+        for rank, (record, (local_rank, local_size)) in enumerate(zip(records, positions)):
+            want = {"rank": rank, "size": size, "local_rank": local_rank,
+                    "local_size": local_size}
+            detected = record.get("detected") or {"error": record.get("detected_error")}
+            if detected != dict(want, launcher=launcher):
+                problems.append(f"rank {rank}: horovod_train.env detected {detected}; expected "
+                                f"{dict(want, launcher=launcher)} (Slurm env: {record['env']})")
+            backend = {k: v for k, v in (record.get("backend") or {}).items() if k != "name"}
+            if backend != want:
+                problems.append(f"rank {rank}: the backend joined as {backend}; expected {want}")
+            if nodes and record["env"].get("SLURMD_NODENAME") != nodes[rank]:
+                problems.append(f"rank {rank} ran on {record['env'].get('SLURMD_NODENAME')}; "
+                                f"expected {nodes[rank]}")
+        assert not problems, "\n".join(problems)
+
+
+def _render(job, backend: str, nodes: int, tasks_per_node: int, port_base=None) -> str:
+    """The sbatch script `python -m launch slurm` writes for this job."""
+    script = job.dir / f"{backend}.sbatch.sh"
+    argv = [sys.executable, "-m", "launch", "slurm", "--backend", backend, "--nodes", str(nodes),
+            "--tasks_per_node", str(tasks_per_node), "--time", "00:10:00", "-o", str(script)]
+    if port_base is not None:
+        argv += ["--port_base", str(port_base)]
+    proc = run_cli(argv + ["--", *job.train_argv()])
+    assert proc.returncode == 0, proc.stderr
+    return str(script)
+
+
+# ------------------------------------------------------------------------------ one node
+
+@pytest.mark.parametrize("backend", ["horovod", "mwms"])
+def test_sbatch_rendered_script_one_node_two_tasks(one_node, tmp_path, backend):
+    """`python -m launch slurm --nodes 1 --tasks_per_node 2`, submitted with sbatch --wait:
+    horovod under srun --mpi=pmix, mwms with TF_CONFIG built by the script."""
+    job = Job(tmp_path)
+    # MWMS workers listen on this machine's ports: free ones below the ephemeral range, so
+    # no other test running here can hold them.
+    port_base = free_port_base(2) if backend == "mwms" else None
+    job.run(one_node, ["sbatch", "--wait", _render(job, backend, 1, 2, port_base)])
+    job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
+
+
+@pytest.mark.parametrize("backend,per_node", [("horovod", True), ("horovod", False),
+                                              ("mwms", False)],
+                         ids=["horovod-ntasks-per-node", "horovod-ntasks-only", "mwms-ntasks-only"])
+def test_srun_two_tasks(one_node, tmp_path, backend, per_node):
+    """`srun -n 2 [--ntasks-per-node=2] python -m horovod_train`. Without --ntasks-per-node
+    srun sets no SLURM_NTASKS_PER_NODE (only SLURM_STEP_TASKS_PER_NODE and
+    SLURM_TASKS_PER_NODE): local size must still come out 2, and mwms must still derive
+    both workers from the Slurm variables (no TF_CONFIG is given). Horovod's ranks meet
+    through PMIx (--mpi=pmix: the cluster's MpiDefault is none, as on many sites)."""
+    job = Job(tmp_path)
+    extra = ["--ntasks-per-node=2"] if per_node else []
+    mpi = "--mpi=pmix" if backend == "horovod" else "--mpi=none"
+    job.run(one_node, ["srun", mpi, "-n", "2", *extra, "--kill-on-bad-exit=1", "--time=10",
+                       *job.train_argv(), f"--backend={backend}"])
+    job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
+
+
+def test_salloc_launch_run_srun(one_node, tmp_path):
+    """Inside `salloc -n 2`: `python -m launch run --launcher srun -np 2 -- ...`
+    (docs/launch.md), which runs srun --mpi=pmix --ntasks=2 (no --ntasks-per-node)."""
+    job = Job(tmp_path)
+    job.run(one_node, ["salloc", "-n", "2", "--time=10", sys.executable, "-m", "launch", "run",
+                       "--launcher", "srun", "-np", "2", "--", *job.train_argv()])
+    job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
+def test_salloc_hosts_from_slurm_env(one_node, tmp_path, launcher):
+    """Inside `salloc -n 2`: `python -m launch hosts --slurm_env > hosts`, then
+    `python -m launch run --hostfile hosts [--launcher mpirun]`: horovodrun --gloo or
+    mpirun (which starts its daemon with srun, as Open MPI does in an allocation)."""
+    job = Job(tmp_path)
+    hosts = tmp_path / "hosts"
+    launcher_flags = "--launcher mpirun" if launcher == "mpirun" else ""
+    shell = (f'set -e; "$0" -m launch hosts --slurm_env > {hosts}; '
+             f'exec "$0" -m launch run {launcher_flags} --hostfile {hosts} -- "$@"')
+    # A fresh HOME: horovodrun caches its ssh and NIC checks in ~/.horovod for an hour.
+    proc = one_node.run(["salloc", "-n", "2", "--time=10", "bash", "-c", shell, sys.executable,
+                         *job.train_argv()], cwd=tmp_path, timeout=JOB_TIMEOUT_S,
+                        HT_PROBE_DIR=job.probe_dir, HOME=tmp_path)
+    assert proc.returncode == 0, job.explain(f"salloc exited {proc.returncode}", proc)
+    listed = [line for line in hosts.read_text().splitlines() if not line.startswith("#")]
+    assert listed == [f"{one_node.node_names[0]} slots=2"], hosts.read_text()
+    job.check(launcher, [(0, 2), (1, 2)])
+
+
+def test_sbatch_wrap_without_srun_is_refused(one_node, tmp_path):
+    """`sbatch -n 2 --wrap "python -m horovod_train ..."`: the batch script is one process,
+    yet it sees SLURM_NTASKS=2 and SLURM_PROCID=0. Training there alone, or waiting for a
+    peer that never comes, is wrong: the program must refuse, exit 2, naming srun."""
+    job = Job(tmp_path)
+    command = " ".join([*TRAIN, *FLAGS, f"--summary_json={job.run_dir}/summary.json"])
+    proc = one_node.run(["sbatch", "-n", "2", "--time=5", "--wait", "-o", "wrap-%j.out",
+                         "--wrap", command], cwd=tmp_path, timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 2, job.explain(
+        f"sbatch --wait exited {proc.returncode}; expected 2 (the program's refusal)", proc)
+    output = slurm_fixture.job_output(tmp_path)
+    assert "srun" in output and "Traceback" not in output, output
+    assert not (job.run_dir / "summary.json").exists()
+
+
+# ----------------------------------------------------------------------------- two nodes
+
+@pytest.mark.parametrize("backend", ["horovod", "mwms"])
+def test_sbatch_rendered_script_two_nodes(two_nodes, tmp_path, backend):
+    """`python -m launch slurm --nodes 2 --tasks_per_node 1`: one rank on n1, one on n2, each
+    node a network namespace of its own; sbatch runs from the login namespace. mwms uses the
+    port base the script derives from the job id (the nodes' ports are their own)."""
+    job = Job(tmp_path)
+    before = slurm_fixture.link_bytes(two_nodes)
+    job.run(two_nodes, ["sbatch", "--wait", _render(job, backend, 2, 1)])
+    job.check("srun", [(0, 1), (0, 1)], nodes=["n1", "n2"])
+    # Every step allreduces all gradients between the two nodes: each must have sent and
+    # received at least half of them per step over its veth link.
+    floor = STEPS * sum(w.nbytes for w in load_weights(job.run_dir)) // 2
+    for node, (rx0, tx0), (rx1, tx1) in zip(("n1", "n2"), before,
+                                            slurm_fixture.link_bytes(two_nodes)):
+        assert rx1 - rx0 >= floor and tx1 - tx0 >= floor, \
+            f"{node}: rx {rx1 - rx0} / tx {tx1 - tx0} bytes crossed its link; expected >= {floor}"
+
+
+def test_two_node_cluster_has_separate_tmpfs(two_nodes, tmp_path):
+    """Each node's TmpFS path is its own directory: a file one node's job writes there is
+    not seen by the other's (cheap: no training)."""
+    tmpfs = os.path.join(two_nodes.state_dir, "tmpfs")
+    proc = two_nodes.run(["srun", "-N", "2", "-n", "2", "--time=2", "bash", "-c",
+                          f'touch {tmpfs}/from-$SLURMD_NODENAME; ls {tmpfs} | paste -sd,'],
+                         cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == ["from-n1", "from-n2"], proc.stdout
+    for node in ("n1", "n2"):
+        assert os.listdir(os.path.join(two_nodes.state_dir, "tmp", node)) == [f"from-{node}"]
+
