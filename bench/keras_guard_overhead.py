@@ -2,8 +2,9 @@
 
   python bench/keras_guard_overhead.py [--short] [--out runs/bench/keras_guard_overhead.json]
 
-The guard has two checks (horovod_train/keras/divergence_guard.py): at epoch ends, at
-most once per 100 updates, and at the end of training (the broadcast callbacks), and
+The guard has two checks (horovod_train/keras/divergence_guard.py): at epoch ends (the
+first, then those crossing a multiple of 100 updates) and at the end of training (the
+broadcast callbacks), and
 inside the step every `divergence_check_steps` updates (default 1000). The worker (bench/keras_guard_worker.py) times model.fit's step with the
 guard off and with the in-step check on EVERY update, and the epoch-end check by
 itself; the overhead at the defaults is then computed from those parts:

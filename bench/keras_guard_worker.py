@@ -60,7 +60,7 @@ def main():
     for epoch in range(20):
         guard = divergence_guard.EpochGuard()  # a fresh one always checks
         start = time.perf_counter()
-        guard.epoch_end(strategy, off, epoch)
+        guard.epoch_end(strategy, off, epoch)  # a fresh guard: its first end, checked
         checks.append(time.perf_counter() - start)
     print(json.dumps({"rank": hvd.rank(), "model": MODEL,
                       "step_off_s": statistics.median(times["off"]),

@@ -28,9 +28,8 @@ EXIT_RANKS_DIVERGED = 4
 _ROW = 1024
 # An epoch-end check costs one checksum and one small allreduce (5-60 ms on a loaded
 # 2-core host); epochs of a dozen steps would pay more than 1% of their time for it.
-# So an epoch end is compared only once this many steps passed since the last check (a
-# step count every rank shares: all ranks check at the same epoch ends), and the first
-# epoch end and the last step always are. Both trainers follow this rule.
+# So an epoch end is compared only when the epoch crossed a multiple of this many steps,
+# and the first epoch end and the last step always are. Both trainers follow this rule.
 MIN_STEPS_BETWEEN_EPOCH_CHECKS = 100
 # The Keras drop-in's in-step check period (DistributedOptimizer updates), for scripts
 # whose fit runs none of the checking callbacks: rare enough to cost nothing
@@ -194,6 +193,15 @@ def check(backend, variables, step: int, where: str):
     return rows
 
 
-def epoch_end_due(step: int, last_checked: int | None) -> bool:
-    """Whether an epoch end at `step` is compared (MIN_STEPS_BETWEEN_EPOCH_CHECKS)."""
-    return last_checked is None or step - last_checked >= MIN_STEPS_BETWEEN_EPOCH_CHECKS
+def epoch_end_due(step: int, epoch_steps: int | None, first: bool) -> bool:
+    """Whether the epoch that ends at `step` (after `epoch_steps` steps) is compared:
+    the first epoch end, then those whose epoch crossed a multiple of
+    MIN_STEPS_BETWEEN_EPOCH_CHECKS; every epoch end when its length is unknown.
+
+    A function of the position alone, never of a rank's own history: a rank that joined
+    an elastic ring mid-run must decide as the others do, or it would enter the check's
+    collective alone."""
+    if first or not epoch_steps:
+        return True
+    every = MIN_STEPS_BETWEEN_EPOCH_CHECKS
+    return step // every != (step - epoch_steps) // every

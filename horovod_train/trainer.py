@@ -137,7 +137,6 @@ class Trainer:
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
-        self._last_check = None  # the step of the last one
 
     # -- the loop -------------------------------------------------------------------
 
@@ -304,13 +303,14 @@ class Trainer:
                 f"add --warmup_epochs")
 
     def _divergence_point(self, epoch_done: bool) -> str | None:
-        """Where this step's weights are compared across ranks, or None: epoch ends (at
-        most once per divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS steps), every
+        """Where this step's weights are compared across ranks, or None: epoch ends (the
+        first, then those crossing divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS), every
         --divergence_check_steps steps, and the last step (a run cut short by
         --max_steps mid-epoch is checked too). A function of the position alone, the same
         on every rank, so every rank joins the same collectives."""
         every = self.config.train.divergence_check_steps
-        if epoch_done and divergence.epoch_end_due(self.global_step, self._last_check):
+        if epoch_done and divergence.epoch_end_due(self.global_step, self.per_epoch,
+                                                   first=self.position.epoch == 1):
             return f"epoch {self.position.epoch} end"
         if every and self.global_step % every == 0:
             return f"step {self.global_step} (--divergence_check_steps={every})"
@@ -325,7 +325,6 @@ class Trainer:
         where = self._divergence_point(epoch_done)
         if where is None:
             return
-        self._last_check = self.global_step
         rows = divergence.check(self.backend, self.model.trainable_variables,
                                 self.global_step, where)
         if rows is None:  # one rank: nothing to compare

@@ -40,6 +40,7 @@ class BroadcastInitialState(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.prepare()
+        self.guard.train_begin()
         if not self.done and self.model.built and self.model.weights:
             self._broadcast()
 
@@ -48,7 +49,7 @@ class BroadcastInitialState(keras.callbacks.Callback):
             self._broadcast()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.guard.epoch_end(self.strategy, self.model, epoch)
+        self.guard.epoch_end(self.strategy, self.model, epoch, self.params.get("steps"))
 
     def on_train_end(self, logs=None):
         self.guard.train_end(self.strategy, self.model)

@@ -3,7 +3,8 @@
 Two checks, both comparing horovod_train.divergence's checksum of the trainable weights
 across ranks, both deciding from values every rank holds alike (so every rank stops at
 the same point, none waits for a peer that left):
-  - at epoch ends (at most once per divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS) and at
+  - at epoch ends (divergence.epoch_end_due: the first, then those crossing a multiple
+    of MIN_STEPS_BETWEEN_EPOCH_CHECKS updates) and at
     the end of training, from the broadcast callbacks (ours and Horovod's names);
   - inside the train step, every `divergence_check_steps` updates of the
     DistributedOptimizer (default hvd_options.DEFAULT_DIVERGENCE_CHECK_STEPS), for
@@ -17,17 +18,21 @@ from horovod_train.backends.ops import ReduceOp
 
 
 class EpochGuard:
-    """The epoch-end and train-end checks of one callback in model.fit."""
+    """The epoch-end and train-end checks of one callback in model.fit. Its record is
+    reset at every train begin, so every rank of a fit (an elastic newcomer included,
+    since a reset runs fit anew on every rank) holds the same one."""
 
     def __init__(self, excluded_ids=frozenset()):
         self.excluded_ids = excluded_ids
-        self.last = None  # the update count at the last check
+        self.last = None  # the update count at the last check of this fit
 
-    def epoch_end(self, strategy, model, epoch: int):
+    def train_begin(self):
+        self.last = None
+
+    def epoch_end(self, strategy, model, epoch: int, epoch_steps=None):
         step = _updates(model)
-        if not divergence.epoch_end_due(step, self.last):
-            return
-        self._check(strategy, model, step, f"the end of epoch {epoch + 1}")
+        if divergence.epoch_end_due(step, epoch_steps, first=self.last is None):
+            self._check(strategy, model, step, f"the end of epoch {epoch + 1}")
 
     def train_end(self, strategy, model):
         step = _updates(model)

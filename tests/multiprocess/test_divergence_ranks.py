@@ -96,9 +96,8 @@ def test_a_healthy_run_checks_and_trains_on(tmp_path):
     summary = run_ranks(horovodrun(2, "gloo", FLAGS + ["--epochs=2",
                                                         "--divergence_check_steps=10"]),
                         tmp_path)
-    # Every 10 steps and the last: 10, 20, 30, 40, 44 (epoch 1 ends at 22, within
-    # MIN_STEPS_BETWEEN_EPOCH_CHECKS of step 20).
-    assert summary["steps"] == 2 * PER_EPOCH and summary["divergence_checks"] == 5
+    # Every 10 steps, the first epoch end and the last step: 10, 20, 22, 30, 40, 44.
+    assert summary["steps"] == 2 * PER_EPOCH and summary["divergence_checks"] == 6
     assert_ranks_identical(summary, tmp_path, 2)
 
 

@@ -104,11 +104,22 @@ def test_the_pure_parts_need_no_tensorflow():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=child_env())
 
 
-def test_an_epoch_end_is_compared_first_and_then_once_min_steps_passed():
+def test_an_epoch_end_is_compared_first_and_then_when_it_crossed_min_steps():
     gap = divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS
-    assert divergence.epoch_end_due(11, None)  # the first epoch end, however short
-    assert not divergence.epoch_end_due(11 + gap - 1, 11)
-    assert divergence.epoch_end_due(11 + gap, 11)
+    assert divergence.epoch_end_due(11, 11, first=True)  # the first epoch end, however short
+    ends = [e * 22 for e in range(2, 30)]  # 22-step epochs, after the first
+    due = [step for step in ends if divergence.epoch_end_due(step, 22, first=False)]
+    assert due == [110, 220, 308, 418, 506, 616]  # the epochs that crossed 100, 200, ...
+    assert all(b - a <= gap + 22 for a, b in zip(due, due[1:]))
+    assert divergence.epoch_end_due(5000, None, first=False)  # length unknown: every end
+
+
+def test_the_epoch_end_rule_reads_the_position_only():
+    """A rank that joined an elastic ring mid-run has no history of checks: it must
+    decide as the ranks that have (the rule takes nothing but the position)."""
+    import inspect
+    assert list(inspect.signature(divergence.epoch_end_due).parameters) == [
+        "step", "epoch_steps", "first"]
 
 
 def test_a_verdict_is_found_again_inside_another_errors_text():
