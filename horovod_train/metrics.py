@@ -27,6 +27,7 @@ class IntervalMeter:
     started: float = dataclasses.field(default_factory=time.perf_counter)
     excluded_s: float = 0.0
     sync_s: float = 0.0  # waiting for the other ranks at the interval's metrics gather
+    guard_s: float = 0.0  # comparing the ranks' weights (divergence.py), when it ran
 
     def add(self, samples: int, data_s: float, step_s: float, loss: float):
         self.steps += 1
@@ -37,7 +38,10 @@ class IntervalMeter:
 
     def wall(self, now: float) -> float:
         # Never below the measured parts: clocks read microseconds apart can disagree.
-        return max(now - self.started - self.excluded_s, self.data_s + self.step_s + self.sync_s)
+        return max(now - self.started - self.excluded_s, self._measured())
+
+    def _measured(self) -> float:
+        return self.data_s + self.step_s + self.sync_s + self.guard_s
 
     def rank_row(self, now: float) -> list[float]:
         """This rank's [mean loss, samples/s] for the interval (gathered to every rank)."""
@@ -46,7 +50,8 @@ class IntervalMeter:
     def seconds_per_step(self, parts: dict | None, now: float) -> dict:
         """Mean seconds per step: data wait, the step split by `parts` (each part's
         seconds in a sampled split step; None before the first sample: one "step"
-        part), sync, and other (the rest). They add up to the wall time per step."""
+        part), sync, the divergence guard (when it ran) and other (the rest). They add
+        up to the wall time per step."""
         n = max(self.steps, 1)
         parts = parts or {"step": 1.0}
         part_total = sum(parts.values()) or 1.0
@@ -54,7 +59,9 @@ class IntervalMeter:
         for name, seconds in parts.items():
             out[name] = self.step_s / n * seconds / part_total
         out["sync"] = self.sync_s / n
-        out["other"] = max(self.wall(now) - self.data_s - self.step_s - self.sync_s, 0.0) / n
+        if self.guard_s:  # only intervals that held a check: the guard's cost, shown
+            out["guard"] = self.guard_s / n
+        out["other"] = max(self.wall(now) - self._measured(), 0.0) / n
         return out
 
 

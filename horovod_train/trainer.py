@@ -325,8 +325,12 @@ class Trainer:
         where = self._divergence_point(epoch_done)
         if where is None:
             return
-        rows = divergence.check(self.backend, self.model.trainable_variables,
-                                self.global_step, where)
+        started = time.perf_counter()
+        try:
+            rows = divergence.check(self.backend, self.model.trainable_variables,
+                                    self.global_step, where)
+        finally:  # the breakdown shows what the guard costs ("guard")
+            self.meter.guard_s += time.perf_counter() - started
         if rows is None:  # one rank: nothing to compare
             return
         if not self.divergence_checks:  # once, to show the guard is on; then silent

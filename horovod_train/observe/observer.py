@@ -17,7 +17,7 @@ from horovod_train.observe import baseline, progress
 from horovod_train.observe.writer import BackgroundWriter
 
 METRICS_FILE = "metrics.jsonl"
-BREAKDOWN_PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "other")
+BREAKDOWN_PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "guard", "other")
 # Fixed tag sets (a part or figure not measured this interval is written as nothing),
 # so TensorBoard's write function is compiled once per set, at start-up.
 TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/loss_scale",

@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 COLORS = {"data": "tab:orange", "compute": "tab:blue", "comm": "tab:red",
-          "optimizer": "tab:green", "step": "tab:purple", "sync": "tab:pink", "other": "tab:gray"}
+          "optimizer": "tab:green", "step": "tab:purple", "sync": "tab:pink",
+          "guard": "tab:olive", "other": "tab:gray"}
 
 
 def _save(fig, path: str) -> str:
