@@ -198,8 +198,8 @@ class RuntimeConfig:
         "auto", "auto = horovod under horovodrun/mpirun/srun, mwms when only TF_CONFIG is "
         "set, else local.", choices=BACKENDS)
     seed: int = option(42, "Random seed (same on every rank).")
-    intra_op_threads: int = option(0, "TF intra-op threads per rank; 0 = cores / ranks on "
-                                   "this host.")
+    intra_op_threads: int = option(0, "TF intra-op threads per rank; 0 = TF_NUM_INTRAOP_THREADS, "
+                                   "else SLURM_CPUS_PER_TASK, else cores / ranks on this host.")
     inter_op_threads: int = option(0, "TF inter-op threads per rank; 0 = automatic (2 when "
                                    "ranks share cores, TF's default otherwise).")
     deterministic: bool = option(False, "Enable TF op determinism "
