@@ -30,6 +30,7 @@ OMPI_SIZE = contract.OMPI_SIZE
 OMPI_LOCAL_RANK = contract.OMPI_LOCAL_RANK
 OMPI_LOCAL_SIZE = contract.OMPI_LOCAL_SIZE
 PMI_RANK = contract.PMI_RANK
+PMIX_RANK = contract.PMIX_RANK
 PMI_SIZE = contract.PMI_SIZE
 MPI_LOCALRANKID = contract.MPI_LOCALRANKID
 MPI_LOCALNRANKS = contract.MPI_LOCALNRANKS
@@ -256,6 +257,22 @@ def _expect_equal(env, name: str, wanted: int, what: str) -> None:
 
 def _missing(name: str) -> UsageError:
     return _bad_variable(name, None, "a value (srun sets it in every task of a step)")
+
+
+def check_mpi_wired(env=None) -> None:
+    """Refuses an srun step of several tasks that srun gave no MPI wire-up (no
+    --mpi=pmix, and a cluster whose MpiDefault is none): Horovod's MPI would abort every
+    rank in MPI_Init with a page of text after TensorFlow loaded. Gloo needs horovodrun,
+    so under srun the horovod backend always needs MPI."""
+    env = os.environ if env is None else env
+    info = launch_info(env)
+    if info.launcher != "srun" or info.size < 2 or PMIX_RANK in env or PMI_RANK in env:
+        return
+    raise UsageError(
+        f"srun: received a step of {info.size} tasks without an MPI plugin (no {PMIX_RANK} or "
+        f"{PMI_RANK} in the task's environment); expected srun to wire the ranks for "
+        f"Horovod's MPI. Fix: run srun --mpi=pmix ... (see srun --mpi=list), or submit the "
+        f"script `python -m launch slurm` renders")
 
 
 def gpus_bound_per_task(env=None) -> bool:

@@ -41,6 +41,7 @@ OMPI_LOCAL_RANK = "OMPI_COMM_WORLD_LOCAL_RANK"
 OMPI_LOCAL_SIZE = "OMPI_COMM_WORLD_LOCAL_SIZE"
 # PMI-1/2: MPICH / Intel MPI's Hydra sets all four; srun --mpi=pmi2 only the first two.
 PMI_RANK = "PMI_RANK"
+PMIX_RANK = "PMIX_RANK"  # srun --mpi=pmix sets it in every task
 PMI_SIZE = "PMI_SIZE"
 MPI_LOCALRANKID = "MPI_LOCALRANKID"
 MPI_LOCALNRANKS = "MPI_LOCALNRANKS"

@@ -85,7 +85,8 @@ class HorovodBackend(Backend):
         return f"horovod (compression {self.compression}{', ' + knobs if knobs else ''})"
 
     def setup(self) -> ProcessInfo:
-        from horovod_train.env import launch_info
+        from horovod_train.env import check_mpi_wired, launch_info
+        check_mpi_wired()  # before hvd.init(): Open MPI's own abort is a page of text
         # Physical devices: listing them does not create TF's devices (pinning comes later).
         gpus = len(tf.config.list_physical_devices("GPU"))
         self.chosen_env = {k: v for k, v in

@@ -191,6 +191,19 @@ def test_sbatch_wrap_without_srun_is_refused(one_node, tmp_path):
     assert not (job.run_dir / "summary.json").exists()
 
 
+def test_srun_horovod_without_an_mpi_plugin_is_refused(one_node, tmp_path):
+    """`srun -n 2 python -m horovod_train` on a cluster whose MpiDefault is none: srun wires
+    no MPI, and Open MPI would abort each rank in MPI_Init with a page of text. Every
+    rank exits 2 instead, with one line naming srun --mpi=pmix."""
+    job = Job(tmp_path)
+    proc = one_node.run(["srun", "-n", "2", "--time=5", *TRAIN, *FLAGS, "--backend=horovod",
+                         f"--summary_json={job.run_dir}/summary.json"],
+                        cwd=tmp_path, timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 2, job.explain(f"srun exited {proc.returncode}; expected 2", proc)
+    assert proc.stderr.count("srun --mpi=pmix") >= 2 and "MPI_Init" not in proc.stderr, \
+        proc.stderr[-3000:]
+
+
 # ----------------------------------------------------------------------------- two nodes
 
 @pytest.mark.parametrize("backend", ["horovod", "mwms"])

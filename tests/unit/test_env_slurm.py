@@ -184,3 +184,18 @@ def test_a_missing_step_variable_is_named():
     del variables["SLURM_STEP_TASKS_PER_NODE"]
     with pytest.raises(UsageError, match="SLURM_STEP_TASKS_PER_NODE: received None"):
         env.launch_info(variables)
+
+
+# ---- srun without an MPI plugin (horovod needs one to wire its ranks) ---------------
+
+def test_srun_without_an_mpi_plugin_is_named_before_mpi_init():
+    """srun -n 2 with MpiDefault=none: no PMIx/PMI variables; Open MPI would abort every
+    rank in MPI_Init with a page of text. Refused first, naming srun --mpi=pmix."""
+    bare = srun_task(1, 0, 1, "2", "n1")
+    with pytest.raises(UsageError, match=r"srun --mpi=pmix"):
+        env.check_mpi_wired(bare)
+    env.check_mpi_wired(srun_task(1, 0, 1, "2", "n1", PMIX_RANK="1"))  # srun --mpi=pmix
+    env.check_mpi_wired(srun_task(1, 0, 1, "2", "n1", PMI_RANK="1"))  # srun --mpi=pmi2
+    env.check_mpi_wired(srun_task(0, 0, 0, "1", "n1"))  # one task: no wire-up needed
+    env.check_mpi_wired({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                         "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
