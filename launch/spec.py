@@ -131,8 +131,9 @@ def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[
                 knobs.timeline_filename, "--timeline", "runs/timeline.json")
     if spec.backend == "mwms" and launcher != "local":
         if launcher == "srun":
-            tfconfig.check_port_base(spec.port_base, [])
-            env[contract.ENV_MWMS_PORT_BASE] = str(spec.port_base)
+            port_base = _srun_port_base(spec.port_base, np, environ)
+            tfconfig.check_port_base(port_base, [])
+            env[contract.ENV_MWMS_PORT_BASE] = str(port_base)
         else:
             env.update(tfconfig.worker_env_contract(first_ranks(hosts, np), spec.port_base))
     if spec.as_root and launcher == "horovodrun" and spec.controller == "mpi":
@@ -156,6 +157,15 @@ def _check_controller(spec: LaunchSpec, launcher: str, np) -> str | None:
                            "one Horovod rank (local starts one process without rendezvous)",
                            "--launcher horovodrun -np 2")
     return spec.controller or ("gloo" if launcher == "horovodrun" else "mpi")
+
+
+def _srun_port_base(port_base: int, np: int, environ) -> int:
+    """Inside a Slurm job, the default base gives way to the job's own, as in the sbatch
+    script: two jobs on one node must not share MWMS ports. At most np tasks per node."""
+    job_id = environ.get(contract.SLURM_JOB_ID, "")
+    if port_base != contract.DEFAULT_MWMS_PORT_BASE or not job_id.isdigit():
+        return port_base
+    return contract.slurm_port_base(int(job_id), np)
 
 
 def _launcher_argv(spec: LaunchSpec, launcher: str, hosts, np, env, environ) -> list[str]:

@@ -103,6 +103,19 @@ def test_srun_uses_the_allocation():
     assert plan.processes[0].env_dict() == {"HOROVOD_TRAIN_MWMS_PORT_BASE": "12345"}
 
 
+def test_srun_in_a_job_gives_mwms_the_jobs_own_port_base():
+    """Inside an allocation, two jobs on one node must not share MWMS ports: the default
+    base gives way to the job's (contract.slurm_port_base), as in the sbatch script."""
+    from launch import contract
+    env = {"SLURM_JOB_ID": "4242"}
+    plans = [plan_of(env, launcher="srun", np=2, backend="mwms"),
+             plan_of({"SLURM_JOB_ID": "4243"}, launcher="srun", np=2, backend="mwms")]
+    bases = [int(p.processes[0].env_dict()["HOROVOD_TRAIN_MWMS_PORT_BASE"]) for p in plans]
+    assert bases[0] == contract.slurm_port_base(4242, 2) and bases[0] != bases[1]
+    given = plan_of(env, launcher="srun", np=2, backend="mwms", port_base=20000)
+    assert given.processes[0].env_dict()["HOROVOD_TRAIN_MWMS_PORT_BASE"] == "20000"
+
+
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"backend": "tfdist"}, "one of horovod, mwms"),
     ({"launcher": "ssh", "hosts": LOCAL2}, "one of horovodrun"),
