@@ -256,7 +256,11 @@ def _expect_equal(env, name: str, wanted: int, what: str) -> None:
 
 
 def _missing(name: str) -> UsageError:
-    return _bad_variable(name, None, "a value (srun sets it in every task of a step)")
+    # Not usage_error: there is no received value to show, and "received None" read as
+    # if the variable held the text None.
+    return UsageError(f"environment variable {name}: not set; expected a value (srun sets "
+                      f"it in every task of a step). Fix: start the ranks with srun, or "
+                      f"unset the SLURM_STEP_* variables a wrapper left behind")
 
 
 def check_mpi_wired(env=None) -> None:

@@ -182,8 +182,13 @@ def test_bad_step_variables_are_named(change, name, expected):
 def test_a_missing_step_variable_is_named():
     variables = srun_task(1, 0, 1, "2", "n1")
     del variables["SLURM_STEP_TASKS_PER_NODE"]
-    with pytest.raises(UsageError, match="SLURM_STEP_TASKS_PER_NODE: received None"):
+    with pytest.raises(UsageError) as err:
         env.launch_info(variables)
+    message = str(err.value)
+    assert message.startswith("environment variable SLURM_STEP_TASKS_PER_NODE: not set; "
+                              "expected a value (srun sets it in every task of a step)")
+    assert "None" not in message and "\n" not in message
+    assert "Fix: start the ranks with srun" in message
 
 
 # ---- srun without an MPI plugin (horovod needs one to wire its ranks) ---------------
