@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from horovod_train.plan.errors import plan_error, unknown_name
+from horovod_train.plan.errors import PlanError, plan_error, unknown_name
 
 IMAGENET_TRAIN = 1_281_167   # ILSVRC-2012 training images
 DIGITS_SAMPLES = 1_797       # scikit-learn's bundled 8x8 digits
+CIFAR10_TRAIN = 50_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +65,18 @@ def _conv_bn(t: _Tally, hw: int, cin: int, cout: int, k: int, stride: int) -> in
     return out
 
 
-def _resnet(depth: int) -> ModelSpec:
-    blocks, bottleneck = {18: ([2, 2, 2, 2], False), 50: ([3, 4, 6, 3], True),
-                          101: ([3, 4, 23, 3], True), 152: ([3, 8, 36, 3], True)}[depth]
-    t = _Tally(acts=224 * 224 * 3)
-    hw = _conv_bn(t, 224, 3, 64, 7, 2)
-    hw = math.ceil(hw / 2)                      # 3x3/2 max pool
-    t.acts += hw * hw * 64
+def _resnet(depth: int, small_input: bool = False) -> ModelSpec:
+    blocks, bottleneck = {18: ([2, 2, 2, 2], False), 34: ([3, 4, 6, 3], False),
+                          50: ([3, 4, 6, 3], True), 101: ([3, 4, 23, 3], True),
+                          152: ([3, 8, 36, 3], True)}[depth]
+    size, classes = (32, 10) if small_input else (224, 1000)
+    t = _Tally(acts=size * size * 3)
+    if small_input:                             # models/resnet.py: 3x3/1 stem, no max pool
+        hw = _conv_bn(t, size, 3, 64, 3, 1)
+    else:
+        hw = _conv_bn(t, size, 3, 64, 7, 2)
+        hw = math.ceil(hw / 2)                  # 3x3/2 max pool
+        t.acts += hw * hw * 64
     cin = 64
     for stage, count in enumerate(blocks):
         width = 64 * 2 ** stage
@@ -89,9 +95,14 @@ def _resnet(depth: int) -> ModelSpec:
             t.acts += out * out * cout            # residual add + ReLU output
             t.ops += 1
             hw, cin = out, cout
-    t.params += cin * 1000 + 1000                 # fc to 1000 ImageNet classes
-    t.macs += cin * 1000
-    return ModelSpec(f"resnet{depth}", t.params, 3 * 2 * t.macs, t.acts, 1000,
+    t.params += cin * classes + classes           # fc to the classes
+    t.macs += cin * classes
+    if small_input:
+        return ModelSpec(f"resnet{depth}_cifar", t.params, 3 * 2 * t.macs, t.acts, classes,
+                         layers=depth, ops_per_step=3 * (t.ops + 2), optimizer="momentum",
+                         dataset_size=CIFAR10_TRAIN, sample_unit="images",
+                         notes="32x32 CIFAR-10, 3x3/1 stem")
+    return ModelSpec(f"resnet{depth}", t.params, 3 * 2 * t.macs, t.acts, classes,
                      layers=depth, ops_per_step=3 * (t.ops + 3), optimizer="momentum",
                      dataset_size=IMAGENET_TRAIN, sample_unit="images",
                      notes="224x224 ImageNet, v1.5")
@@ -138,18 +149,52 @@ def _digits_cnn() -> ModelSpec:
                      sample_unit="images", notes="8x8x1 digits, 10 classes")
 
 
+def _digits_mlp() -> ModelSpec:
+    """models/small.py:digits_mlp (width 128): flatten, two ReLU layers, logits."""
+    params = (64 * 128 + 128) + (128 * 128 + 128) + (128 * 10 + 10)
+    macs = 64 * 128 + 128 * 128 + 128 * 10
+    return ModelSpec("digits_mlp", params, 3 * 2 * macs, 64 + 2 * 2 * 128, 10, layers=3,
+                     ops_per_step=24, optimizer="adam", dataset_size=DIGITS_SAMPLES,
+                     sample_unit="images", notes="8x8x1 digits, 10 classes")
+
+
 _BERT = {"bert-base": (12, 768, 12), "bert-large": (24, 1024, 16)}
 _GPT = {"gpt2-small": (12, 768, 12), "gpt2-medium": (24, 1024, 16),
         "gpt2-large": (36, 1280, 20), "gpt2-xl": (48, 1600, 25)}
-_RESNETS = {"resnet18": 18, "resnet50": 50, "resnet101": 101, "resnet152": 152}
+_RESNETS = {"resnet18": 18, "resnet34": 34, "resnet50": 50, "resnet101": 101, "resnet152": 152}
+_CIFAR_RESNETS = {"resnet18_cifar": 18, "resnet34_cifar": 34, "resnet50_cifar": 50}
+_SMALL = {"digits_cnn": _digits_cnn, "digits_mlp": _digits_mlp}
 _CUSTOM_GPT = "gpt:layers=L,hidden=H,heads=A[,seq=S,vocab=V]"
+
+# The one map from the trainer's zoo (models/__init__.py's registry) to planner specs:
+# every trainer name the planner can plan, with the builder's default sizes (the
+# byte-level decoders: models/transformer.py decoder_lm and models/small_lm.py).
+# tests/unit/test_plan_models.py checks it covers the registry with NOT_PLANNABLE.
+TRAINER_MODELS = {
+    **{name: name for name in (*_RESNETS, *_CIFAR_RESNETS, *_SMALL)},
+    "decoder_lm_124m": "gpt2-small",
+    "decoder_lm": "gpt:layers=4,hidden=256,heads=4,seq=256,vocab=256",
+    "decoder_lm_small": "gpt:layers=2,hidden=128,heads=4,seq=256,vocab=256",
+}
+# Trainer models without a descriptor, and why.
+NOT_PLANNABLE = {
+    "transformer_classifier": "an encoder with a classification head; the planner's "
+                              "encoders are BERT with its pre-training heads",
+}
 
 
 def known_models() -> list[str]:
-    return sorted([*_RESNETS, *_BERT, *_GPT, "digits_cnn", _CUSTOM_GPT])
+    return sorted({*_RESNETS, *_CIFAR_RESNETS, *_SMALL, *_BERT, *_GPT, *TRAINER_MODELS,
+                   _CUSTOM_GPT})
+
+
+def canonical_name(name: str) -> str:
+    """The planner spec a (trainer or planner) model name stands for."""
+    return TRAINER_MODELS.get(name, name)
 
 
 def default_seq_len(name: str) -> int | None:
+    name = canonical_name(name)
     if name in _BERT:
         return 128
     if name in _GPT or name.startswith("gpt:"):
@@ -158,14 +203,22 @@ def default_seq_len(name: str) -> int | None:
 
 
 def get_model(name: str, seq_len: int | None = None) -> ModelSpec:
-    """Descriptor for `name`; seq_len applies to transformers only."""
-    if seq_len is not None and default_seq_len(name) is None and name in (*_RESNETS, "digits_cnn"):
+    """Descriptor for `name` (a planner or trainer name); seq_len: transformers only."""
+    spec = canonical_name(name)
+    if spec != name:                    # a trainer name: its spec, under the trainer's name
+        model = get_model(spec, seq_len)
+        return dataclasses.replace(model, name=name, notes=f"{model.notes}; planned as {spec}"
+                                   if spec in _GPT else model.notes)
+    if seq_len is not None and default_seq_len(name) is None and name in (
+            *_RESNETS, *_CIFAR_RESNETS, *_SMALL):
         raise plan_error("--seq_len", seq_len, f"no --seq_len for {name} (not a transformer)",
                          "drop --seq_len")
     if name in _RESNETS:
         return _resnet(_RESNETS[name])
-    if name == "digits_cnn":
-        return _digits_cnn()
+    if name in _CIFAR_RESNETS:
+        return _resnet(_CIFAR_RESNETS[name], small_input=True)
+    if name in _SMALL:
+        return _SMALL[name]()
     if name in _BERT:
         layers, hidden, heads = _BERT[name]
         return _transformer(name, layers, hidden, heads, 30522, 512, seq_len or 128, True)
@@ -174,7 +227,23 @@ def get_model(name: str, seq_len: int | None = None) -> ModelSpec:
         return _transformer(name, layers, hidden, heads, 50257, 1024, seq_len or 1024, False)
     if name.startswith("gpt:"):
         return _custom_gpt(name, seq_len)
+    if name in NOT_PLANNABLE or name in _trainer_zoo():
+        raise _not_plannable(name)
     raise unknown_name("--model", name, known_models(), "--model")
+
+
+def _trainer_zoo() -> list[str]:
+    import models                       # the trainer's registry; importing it loads no TF
+    return models.available_models()
+
+
+def _not_plannable(name: str) -> PlanError:
+    why = NOT_PLANNABLE.get(name, "no planner descriptor yet")
+    plannable = ", ".join(sorted(TRAINER_MODELS))
+    return PlanError(f"--model: received the trainer's {name!r}, which the planner cannot "
+                     f"plan ({why}); expected a plannable model, of the trainer's: "
+                     f"{plannable}. Fix: pass --model with one of those, or describe a "
+                     f"decoder as --model {_CUSTOM_GPT}")
 
 
 def _custom_gpt(spec: str, seq_len: int | None) -> ModelSpec:

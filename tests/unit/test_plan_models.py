@@ -1,8 +1,16 @@
 """Model descriptors are derived from architecture; check them against published totals."""
 import pytest
 
+import os
+import subprocess
+import sys
+
+import models as trainer_zoo
 from horovod_train.plan.errors import PlanError
-from horovod_train.plan.models import get_model, known_models
+from horovod_train.plan.models import (NOT_PLANNABLE, TRAINER_MODELS, canonical_name,
+                                       get_model, known_models)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("name, params", [
@@ -56,8 +64,59 @@ def test_custom_gpt_spec():
 
 def test_unknown_model_lists_known_ones():
     with pytest.raises(PlanError) as err:
-        get_model("resnet34")
+        get_model("resnet35")
     message = str(err.value)
-    assert "resnet34" in message and "resnet50" in message and "Fix:" in message
+    assert "resnet35" in message and "resnet50" in message and "Fix:" in message
     assert "\n" not in message
     assert "digits_cnn" in known_models()
+
+
+def test_the_trainer_zoo_registry_is_read_without_tensorflow():
+    code = ("import sys, models; names = models.available_models(); "
+            "print(len(names), [m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'keras')])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("[]")
+
+
+def test_every_trainer_model_is_plannable_or_refused_by_name():
+    zoo = set(trainer_zoo.available_models())
+    assert zoo == set(TRAINER_MODELS) | set(NOT_PLANNABLE)
+    assert not set(TRAINER_MODELS) & set(NOT_PLANNABLE)
+    for name in TRAINER_MODELS:
+        spec = get_model(name)
+        assert spec.name == name and spec.params > 0 and name in known_models()
+
+
+@pytest.mark.parametrize("trainer, planner", [("decoder_lm_124m", "gpt2-small"),
+                                              ("resnet50", "resnet50")])
+def test_trainer_names_share_the_planner_specs(trainer, planner):
+    assert get_model(trainer).params == get_model(planner).params
+    assert get_model(trainer).flops_per_sample == get_model(planner).flops_per_sample
+    assert canonical_name(trainer) == canonical_name(planner)
+
+
+@pytest.mark.parametrize("name, params", [
+    # torchvision's resnet34; the CIFAR variants: 3x3/1 stem, no max-pool, 10 classes
+    ("resnet34", 21_797_672), ("resnet18_cifar", 11_173_962),
+    # models/small.py digits_mlp at width 128; the byte-level decoders with tied
+    # embeddings (models/transformer.py defaults: 4 x 256 wide, seq 256, vocab 256)
+    ("digits_mlp", 26_122), ("decoder_lm_small", 0), ("decoder_lm", 0),
+])
+def test_trainer_only_models(name, params):
+    spec = get_model(name)
+    if params:
+        assert spec.params == params
+    else:
+        assert 0.1e6 < spec.params < 5e6
+
+
+def test_a_trainer_model_the_planner_cannot_plan_is_named_with_the_plannable_ones():
+    name = next(iter(NOT_PLANNABLE))
+    with pytest.raises(PlanError) as err:
+        get_model(name)
+    message = str(err.value)
+    assert name in message and "decoder_lm_124m" in message and "Fix:" in message
+    assert "\n" not in message
