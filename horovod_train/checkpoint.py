@@ -25,6 +25,7 @@ import zipfile
 import numpy as np
 from absl import logging
 
+from horovod_train import filemode
 from horovod_train.errors import UsageError
 from horovod_train.writer_lock import (ForeignWriter, acquire_writer_lock, foreign_writer,
                                        release_writer_lock)
@@ -107,6 +108,7 @@ def save(directory: str, step: int, variables, config, keep: int, facts: dict | 
     except OSError as err:
         raise _write_error(directory, err) from None
     try:
+        os.chmod(tmp, filemode.new_dir_mode())  # mkdtemp's 0700 would outlive the rename
         arrays = {f"v{i:05d}": np.asarray(v) for i, v in enumerate(variables)}
         with open(os.path.join(tmp, "state.npz"), "wb") as f:
             np.savez(f, **arrays)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from horovod_train import filemode
 from horovod_train.errors import write_error
 
 
@@ -123,6 +124,7 @@ def _write_atomic(path: str, write_fn, mode: str, flag: str):
     except OSError as err:
         raise write_error(flag, path, err, f"point {flag} at a writable directory; {_KEPT}") from None
     try:
+        os.fchmod(fd, filemode.new_file_mode())  # mkstemp's 0600 would outlive the rename
         with os.fdopen(fd, mode) as f:
             write_fn(f)
         os.replace(tmp, path)
