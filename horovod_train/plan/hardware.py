@@ -13,14 +13,28 @@ import dataclasses
 from horovod_train.plan.errors import plan_error, unknown_name
 from launch import contract
 
-# The training precisions, plus tf32: fp32 storage with TF32 tensor-core math, which
-# Ampere and later GPUs run for fp32 matmuls (the planner's, not a --precision choice).
-PRECISIONS = contract.PRECISIONS[:1] + ("tf32",) + contract.PRECISIONS[1:]
+# The trainer's precisions plus two planner-only spellings of fp32 math:
+# - fp32: what the trainer's fp32 runs. TensorFlow enables TF32 by default
+#   (tf.config.experimental.enable_tensor_float_32_execution is True), so on a GPU with
+#   TF32 tensor cores its fp32 matmuls and convolutions run as TF32; planned so.
+# - tf32: the same, said explicitly (no warning).
+# - fp32_strict: TF32 turned off, FP32 on CUDA cores (see TF32_OFF for how).
+PRECISIONS = contract.PRECISIONS[:1] + ("tf32", "fp32_strict") + contract.PRECISIONS[1:]
+
+# How a program turns TF32 off, for the plan's fp32 warning and the docs.
+TF32_OFF = ("tf.config.experimental.enable_tensor_float_32_execution(False) in the program, "
+            "or NVIDIA_TF32_OVERRIDE=0 in the environment")
 
 # Bytes of one stored activation element. Keras mixed policies compute in 16 bits
-# and keep activations in 16 bits; fp32 and tf32 keep fp32 tensors (TF32 only changes
-# the tensor-core math, not the storage).
-ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "mixed_float16": 2, "mixed_bfloat16": 2}
+# and keep activations in 16 bits; the fp32 spellings keep fp32 tensors (TF32 only
+# changes the tensor-core math, not the storage).
+ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "fp32_strict": 4, "mixed_float16": 2,
+                    "mixed_bfloat16": 2}
+
+# GPU architectures, oldest first. TF32 tensor cores arrived with Ampere; every later
+# architecture has them. This order is the one place the planner learns that.
+ARCHITECTURES = ("pascal", "volta", "turing", "ampere", "ada", "hopper")
+FIRST_TF32_ARCH = "ampere"
 
 GIB = 2 ** 30
 GB = 1e9
@@ -29,14 +43,19 @@ GB = 1e9
 @dataclasses.dataclass(frozen=True)
 class Gpu:
     name: str
+    arch: str                # a key of ARCHITECTURES
     memory_gib: float        # what nvidia-smi reports as total, in GiB
     hbm_gbs: float           # device memory bandwidth, GB/s
     fp32_tflops: float       # FP32 on CUDA cores
-    tf32_tflops: float | None    # TF32 tensor cores; None: pre-Ampere, TF runs FP32
+    tf32_tflops: float | None    # TF32 tensor cores; None exactly when arch predates Ampere
     fp16_tflops: float       # FP16 (tensor cores from Volta on)
     bf16_tflops: float | None    # None: no bfloat16 hardware
     intra: str               # default intra-node link, a key of INTRA_LINKS
     source: str
+
+    @property
+    def has_tf32(self) -> bool:
+        return ARCHITECTURES.index(self.arch) >= ARCHITECTURES.index(FIRST_TF32_ARCH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,30 +76,35 @@ GPUS = {g.name: g for g in (
     # Tesla P100 PCIe 16 GB datasheet: 9.3 TFLOPS FP32, 18.7 FP16, 732 GB/s HBM2.
     # The Horovod paper (arXiv:1802.05799) ran on servers of 4 Pascal GPUs; a
     # 4-GPU PCIe box is the usual such server, so this is the "p100" entry.
-    Gpu("p100-16gb", 16.0, 732, 9.3, None, 18.7, None, "pcie3",
+    Gpu("p100-16gb", "pascal", 16.0, 732, 9.3, None, 18.7, None, "pcie3",
         "NVIDIA Tesla P100 PCIe datasheet"),
     # Tesla P100 SXM2: 10.6 FP32, 21.2 FP16, NVLink 1.0 (4 links x 20 GB/s).
-    Gpu("p100-sxm2-16gb", 16.0, 732, 10.6, None, 21.2, None, "nvlink1",
+    Gpu("p100-sxm2-16gb", "pascal", 16.0, 732, 10.6, None, 21.2, None, "nvlink1",
         "NVIDIA Tesla P100 SXM2 datasheet"),
     # Tesla V100 SXM2: 15.7 FP32, 125 FP16 tensor, 900 GB/s HBM2, NVLink 2.0 (6 x 25 GB/s).
     # No bfloat16 and no TF32: TF falls back to FP32 math for tf32.
-    Gpu("v100-16gb", 16.0, 900, 15.7, None, 125.0, None, "nvlink2",
+    Gpu("v100-16gb", "volta", 16.0, 900, 15.7, None, 125.0, None, "nvlink2",
         "NVIDIA V100 datasheet (SXM2)"),
-    Gpu("v100-32gb", 32.0, 900, 15.7, None, 125.0, None, "nvlink2",
+    Gpu("v100-32gb", "volta", 32.0, 900, 15.7, None, 125.0, None, "nvlink2",
         "NVIDIA V100 datasheet (SXM2)"),
     # A100 SXM4: 19.5 FP32, 156 TF32, 312 FP16/BF16 dense; 1555 GB/s (40 GB),
     # 2039 GB/s (80 GB); NVLink 3.0, 12 links x 25 GB/s.
-    Gpu("a100-40gb", 40.0, 1555, 19.5, 156.0, 312.0, 312.0, "nvlink3",
+    Gpu("a100-40gb", "ampere", 40.0, 1555, 19.5, 156.0, 312.0, 312.0, "nvlink3",
         "NVIDIA A100 datasheet (SXM4 40GB)"),
-    Gpu("a100-80gb", 80.0, 2039, 19.5, 156.0, 312.0, 312.0, "nvlink3",
+    Gpu("a100-80gb", "ampere", 80.0, 2039, 19.5, 156.0, 312.0, 312.0, "nvlink3",
         "NVIDIA A100 datasheet (SXM4 80GB)"),
     # H100 SXM5: 67 FP32, 494.7 TF32, 989.4 FP16/BF16 dense (the datasheet's 989 /
     # 1979 figures are with sparsity); 3.35 TB/s HBM3; NVLink 4.0, 18 links x 25 GB/s.
-    Gpu("h100-80gb", 79.6, 3350, 67.0, 494.7, 989.4, 989.4, "nvlink4",
+    Gpu("h100-80gb", "hopper", 79.6, 3350, 67.0, 494.7, 989.4, 989.4, "nvlink4",
         "NVIDIA H100 datasheet (SXM5)"),
     # H200 SXM: H100 compute, 141 GB HBM3e at 4.8 TB/s.
-    Gpu("h200-141gb", 140.4, 4800, 67.0, 494.7, 989.4, 989.4, "nvlink4",
+    Gpu("h200-141gb", "hopper", 140.4, 4800, 67.0, 494.7, 989.4, 989.4, "nvlink4",
         "NVIDIA H200 datasheet (SXM)"),
+    # L4 (Ada, PCIe): 30.3 FP32, 60 TF32, 121 FP16/BF16 dense (the datasheet's 120 /
+    # 242 are with sparsity); 24 GB GDDR6 at 300 GB/s (nvidia-smi: 23034 MiB); PCIe 4.0
+    # x16, no NVLink.
+    Gpu("l4-24gb", "ada", 22.5, 300, 30.3, 60.0, 121.0, 121.0, "pcie4",
+        "NVIDIA L4 datasheet"),
 )}
 
 # NCCL reaches ~230-240 GB/s allreduce busbw on a DGX A100 (nccl-tests, NVSwitch,
@@ -144,18 +168,41 @@ def check_precision(precision: str) -> None:
         raise unknown_name("--precision", precision, PRECISIONS, "--precision")
 
 
+def matmul_math(gpu: Gpu, precision: str) -> str:
+    """The math TensorFlow runs matmuls/convolutions in: the one TF32 rule.
+
+    fp32 and tf32 run as TF32 where the GPU has it (TF's default), as FP32 before
+    Ampere; fp32_strict is FP32 everywhere."""
+    check_precision(precision)
+    if precision in ("fp32", "tf32"):
+        return "tf32" if gpu.has_tf32 else "fp32"
+    if precision == "fp32_strict":
+        return "fp32"
+    return precision
+
+
+def tf32_warning(gpu: Gpu, precision: str) -> str | None:
+    """The note a plan of plain fp32 carries on a TF32 GPU, else None."""
+    if precision != "fp32" or not gpu.has_tf32:
+        return None
+    return (f"--precision fp32 on {gpu.name} ({gpu.arch}) is planned as TF32: TensorFlow runs "
+            f"fp32 matmuls and convolutions on TF32 tensor cores there by default "
+            f"(tf.config.experimental.enable_tensor_float_32_execution defaults to True), "
+            f"{gpu.tf32_tflops:g} rather than {gpu.fp32_tflops:g} TFLOPS. For a run with TF32 "
+            f"off ({TF32_OFF}) plan --precision fp32_strict")
+
+
 def peak_flops(gpu: Gpu, precision: str) -> float:
     """Dense peak FLOP/s for the math that `precision` runs on `gpu`."""
-    check_precision(precision)
-    if precision == "fp32":
+    kind = matmul_math(gpu, precision)
+    if kind == "fp32":
         return gpu.fp32_tflops * 1e12
-    if precision == "tf32":
-        # Pre-Ampere GPUs have no TF32: TF runs those matmuls in FP32.
-        return (gpu.tf32_tflops or gpu.fp32_tflops) * 1e12
+    if kind == "tf32":
+        return gpu.tf32_tflops * 1e12
     if precision == "mixed_float16":
         return gpu.fp16_tflops * 1e12
     if gpu.bf16_tflops is None:
         raise plan_error("--precision", precision,
-                         f"a precision {gpu.name} supports (fp32, tf32, mixed_float16)",
+                         f"a precision {gpu.name} supports (fp32, fp32_strict, mixed_float16)",
                          f"{gpu.name} has no bfloat16 hardware; pass --precision mixed_float16")
     return gpu.bf16_tflops * 1e12

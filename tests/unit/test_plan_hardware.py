@@ -43,3 +43,28 @@ def test_effective_bandwidths():
     assert hardware.get_intra("nvlink3").busbw / 1e9 == pytest.approx(234, rel=0.01)
     assert hardware.get_network("ib-hdr").busbw / 1e9 == pytest.approx(22.5)
     assert hardware.get_network("tcp-10g").busbw < hardware.get_network("roce-25g").busbw
+
+
+def test_tf32_capability_follows_the_architecture():
+    for gpu in hardware.GPUS.values():
+        assert gpu.arch in hardware.ARCHITECTURES
+        assert gpu.has_tf32 == (gpu.tf32_tflops is not None), gpu.name
+    assert hardware.get_gpu("l4-24gb").has_tf32 and hardware.get_gpu("h100-80gb").has_tf32
+    assert not hardware.get_gpu("v100-16gb").has_tf32
+
+
+def test_fp32_runs_as_tf32_where_tensorflow_does():
+    # TF enables TF32 by default: on Ampere and later an fp32 run's matmuls are TF32.
+    a100, v100 = hardware.get_gpu("a100-40gb"), hardware.get_gpu("v100-16gb")
+    assert hardware.peak_flops(a100, "fp32") == hardware.peak_flops(a100, "tf32") == 156e12
+    assert hardware.peak_flops(a100, "fp32_strict") == 19.5e12
+    assert hardware.peak_flops(v100, "fp32") == hardware.peak_flops(v100, "fp32_strict") == 15.7e12
+
+
+def test_fp32_warning_only_where_tf32_changes_the_math():
+    warning = hardware.tf32_warning(hardware.get_gpu("l4-24gb"), "fp32")
+    assert "TF32" in warning and "enable_tensor_float_32_execution" in warning
+    assert "--precision fp32_strict" in warning
+    for gpu, precision in (("v100-16gb", "fp32"), ("a100-40gb", "tf32"),
+                           ("a100-40gb", "fp32_strict"), ("a100-40gb", "mixed_bfloat16")):
+        assert hardware.tf32_warning(hardware.get_gpu(gpu), precision) is None
