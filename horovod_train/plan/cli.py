@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from horovod_train.plan import hardware
 from horovod_train.plan.calibrate import calibrate
-from horovod_train.plan.cost import OPTIMIZER_SLOTS, Assumptions, Calibration
+from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
+                                     Assumptions, Calibration)
 from horovod_train.plan.errors import PlanError, plan_error
 from horovod_train.plan.models import get_model
-from horovod_train.plan.recommend import PlanRequest, evaluate_all, recommend
-from horovod_train.plan import report
+from horovod_train.plan.recommend import OBJECTIVES, PlanRequest, evaluate_all, recommend
+from horovod_train.plan import plot, report
+from launch.argv import normalize_flag_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m horovod_train plan",
                 description="Predict memory, step time and scaling efficiency of data-parallel "
                             "training before renting the cluster.")
-    p.add_argument("--model", required=True, help="resnet18/50/101/152, bert-base, bert-large, "
-                   "gpt2-small/medium/large/xl, digits_cnn, or gpt:layers=L,hidden=H,heads=A")
+    p.add_argument("--model", required=True, help="a trainer model (resnet18/34/50/101/152, "
+                   "resnet18/34/50_cifar, digits_cnn, digits_mlp, decoder_lm, decoder_lm_small, "
+                   "decoder_lm_124m), bert-base, bert-large, gpt2-small/medium/large/xl, or "
+                   "gpt:layers=L,hidden=H,heads=A[,seq=S,vocab=V]")
     p.add_argument("--seq_len", type=int, help="sequence length (transformers)")
     batch = p.add_mutually_exclusive_group(required=True)
     batch.add_argument("--global_batch", type=int, help="samples per optimizer step, all GPUs")
@@ -41,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--intra", default="auto",
                    help="intra-node link: auto (the GPU's) or " + ", ".join(hardware.INTRA_LINKS))
     p.add_argument("--nodes", default="1", help="comma-separated node counts, e.g. 1,2,4,8")
-    p.add_argument("--precision", default="fp32", help=", ".join(hardware.PRECISIONS))
+    p.add_argument("--precision", default="fp32", help=", ".join(hardware.PRECISIONS) + "; fp32 "
+                   "runs as TF32 on Ampere and newer, as TensorFlow does by default; "
+                   "fp32_strict: TF32 turned off")
     p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, lamb (default: the model's)")
     p.add_argument("--gradient_checkpointing", action="store_true")
     p.add_argument("--grad_accum_steps", type=int, default=1)
@@ -49,24 +56,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", action="store_true",
                    help="allreduce overlaps backprop (Horovod DistributedOptimizer); default: "
                         "one grouped allreduce after backprop, as horovod_train does")
-    p.add_argument("--fusion_mb", type=float, default=128.0, help="HOROVOD_FUSION_THRESHOLD")
-    p.add_argument("--cycle_ms", type=float, default=1.0, help="HOROVOD_CYCLE_TIME")
+    # The trainer's flags, names and meaning: MiB and ms, 0 = Horovod's default.
+    p.add_argument("--fusion_threshold_mb", type=float, default=0.0,
+                   help=f"HOROVOD_FUSION_THRESHOLD in MiB; 0 = Horovod's {HOROVOD_FUSION_MB:g}")
+    p.add_argument("--cycle_time_ms", type=float, default=0.0,
+                   help=f"HOROVOD_CYCLE_TIME in ms; 0 = Horovod's {HOROVOD_CYCLE_MS:g}")
+    p.add_argument("--objective", default="fastest", choices=OBJECTIVES,
+                   help="fastest: fewest hours (with --target_hours: fewest GPUs within it); "
+                        "cheapest: fewest GPU-hours; both at or above --target_efficiency")
+    p.add_argument("--price_per_gpu_hour", type=float, metavar="USD",
+                   help="adds the cost of each configuration (GPU-hours x price)")
     p.add_argument("--target_hours", type=float, help="recommend the fewest GPUs within this")
-    p.add_argument("--target_efficiency", type=float, default=0.8, help="0-1, default 0.8")
+    p.add_argument("--target_efficiency", type=float, default=0.8,
+                   help="0-1, default 0.8: the scaling-efficiency floor of the recommendation")
     p.add_argument("--epochs", type=float, help="training length, with --dataset_size")
     p.add_argument("--dataset_size", type=int, help="samples per epoch (default: the model's)")
     p.add_argument("--train_samples", type=float, help="total samples to train on")
     p.add_argument("--calibrate", metavar="RUN_DIR", help="a run directory with summary.json")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--plot", metavar="FILE.png", help="write efficiency vs GPU count")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="write efficiency and hours (and cost) vs GPU count")
     return p
 
 
 def _positive(flag: str, value, allow_none=True):
     if value is None and allow_none:
         return
-    if value is None or value <= 0:
-        raise plan_error(flag, value, "a positive number", f"pass {flag} N with N > 0")
+    if value is None or not value > 0 or not math.isfinite(value):
+        raise plan_error(flag, value, "a finite positive number", f"pass {flag} N with N > 0")
+
+
+def _horovod_knob(flag: str, value: float, default: float, example: int) -> float:
+    """The trainer's rule: 0 leaves Horovod's default, else a finite positive value."""
+    if not (value >= 0 and math.isfinite(value)):
+        raise plan_error(flag, value, "0 (Horovod's default) or a finite positive number",
+                         f"pass {flag} 0, or e.g. {flag} {example}")
+    return value or default
 
 
 def _nodes(text: str) -> tuple[int, ...]:
@@ -97,12 +122,13 @@ def _train_samples(args, model) -> float | None:
 
 def request_from_args(args) -> PlanRequest:
     for flag in ("seq_len", "global_batch", "batch_per_gpu", "target_hours", "epochs",
-                 "dataset_size", "train_samples", "cycle_ms"):
+                 "dataset_size", "train_samples", "price_per_gpu_hour"):
         _positive("--" + flag, getattr(args, flag))
     for flag in ("gpus_per_node", "nics_per_node", "grad_accum_steps"):
         _positive("--" + flag, getattr(args, flag), allow_none=False)
-    if args.fusion_mb < 0:
-        raise plan_error("--fusion_mb", args.fusion_mb, "0 (no fusion) or more", "pass e.g. 128")
+    fusion_mb = _horovod_knob("--fusion_threshold_mb", args.fusion_threshold_mb,
+                              HOROVOD_FUSION_MB, 64)
+    cycle_ms = _horovod_knob("--cycle_time_ms", args.cycle_time_ms, HOROVOD_CYCLE_MS, 5)
     if not 0 < args.target_efficiency <= 1:
         raise plan_error("--target_efficiency", args.target_efficiency, "a fraction in (0, 1]",
                          "pass 0.8 for 80%")
@@ -115,7 +141,8 @@ def request_from_args(args) -> PlanRequest:
     nodes = _nodes(args.nodes)
     network = hardware.get_network(args.interconnect) if args.interconnect else None
     if network is None and max(nodes) > 1:
-        raise plan_error("--interconnect", None, f"a network for {max(nodes)} nodes",
+        raise plan_error("--interconnect", f"--nodes {args.nodes} and no --interconnect",
+                         f"a network for {max(nodes)} nodes",
                          "pass --interconnect " + "|".join(hardware.NETWORKS))
     optimizer = args.optimizer or model.optimizer
     if optimizer not in OPTIMIZER_SLOTS:
@@ -126,8 +153,9 @@ def request_from_args(args) -> PlanRequest:
         hardware.get_intra(gpu.intra if args.intra == "auto" else args.intra), network,
         args.nics_per_node, args.global_batch, args.batch_per_gpu, args.grad_accum_steps,
         optimizer, args.gradient_checkpointing, args.compression, args.overlap,
-        args.fusion_mb * 2 ** 20, args.cycle_ms * 1e-3, args.target_hours,
-        args.target_efficiency, _train_samples(args, model))
+        fusion_mb * 2 ** 20, cycle_ms * 1e-3, args.target_hours,
+        args.target_efficiency, _train_samples(args, model), args.objective,
+        args.price_per_gpu_hour)
 
 
 def run(argv: list[str], out=None) -> int:
@@ -140,7 +168,7 @@ def run(argv: list[str], out=None) -> int:
     rec = recommend(req, rows, a, calib)
     if args.plot:
         try:
-            report.plot(req, rows, args.plot)
+            plot.plot(req, rows, args.plot, rec)
         except ImportError as err:
             raise plan_error("--plot", args.plot, "matplotlib installed",
                              "pip install matplotlib, or drop --plot") from err
@@ -155,7 +183,7 @@ def run(argv: list[str], out=None) -> int:
 
 def main(argv: list[str]) -> int:
     try:
-        return run(list(argv))
+        return run(normalize_flag_names(list(argv)))
     except PlanError as err:            # bad input: one line, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -47,6 +47,12 @@ class Assumptions:
     fragmentation: float = 0.05
 
 
+# Horovod >= 0.21 defaults, what the trainer's --fusion_threshold_mb 0 and
+# --cycle_time_ms 0 leave in place (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME).
+HOROVOD_FUSION_MB = 128.0
+HOROVOD_CYCLE_MS = 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     model: ModelSpec
@@ -57,8 +63,8 @@ class Job:
     checkpointing: bool = False
     compression: str = "none"   # "fp16": Horovod's Compression.fp16 on the allreduce
     overlap: bool = False       # allreduce overlaps the backward pass
-    fusion_bytes: float = 128 * 2 ** 20   # Horovod >= 0.21 default HOROVOD_FUSION_THRESHOLD
-    cycle_s: float = 1e-3                 # Horovod >= 0.21 default HOROVOD_CYCLE_TIME
+    fusion_bytes: float = HOROVOD_FUSION_MB * 2 ** 20
+    cycle_s: float = HOROVOD_CYCLE_MS * 1e-3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,8 @@ class PlanError(UsageError):
 
 
 def plan_error(what: str, received, expected: str, fix: str) -> PlanError:
-    return PlanError(f"{what}: received {received!r}; expected {expected}. Fix: {fix}")
+    shown = "nothing" if received is None else repr(received)   # never "received None"
+    return PlanError(f"{what}: received {shown}; expected {expected}. Fix: {fix}")
 
 
 def unknown_name(what: str, received: str, known, flag: str) -> PlanError:

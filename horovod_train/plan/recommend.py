@@ -5,8 +5,8 @@ import dataclasses
 import math
 
 from horovod_train.plan.comm import Fabric
-from horovod_train.plan.cost import (Assumptions, Calibration, Job, Prediction, memory,
-                                     predict)
+from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, Assumptions,
+                                     Calibration, Job, Prediction, memory, predict)
 from horovod_train.plan.hardware import GIB, GPUS, Gpu, Link
 from horovod_train.plan.models import ModelSpec
 
@@ -31,11 +31,16 @@ class PlanRequest:
     checkpointing: bool = False
     compression: str = "none"
     overlap: bool = False
-    fusion_bytes: float = 128 * 2 ** 20
-    cycle_s: float = 1e-3
+    fusion_bytes: float = HOROVOD_FUSION_MB * 2 ** 20
+    cycle_s: float = HOROVOD_CYCLE_MS * 1e-3
     target_hours: float | None = None
     target_efficiency: float = 0.8
     train_samples: float | None = None
+    objective: str = "fastest"                # a key of OBJECTIVES
+    price_per_gpu_hour: float | None = None   # USD
+
+
+OBJECTIVES = ("fastest", "cheapest")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,9 +170,29 @@ def accum_for_efficiency(req: PlanRequest, row: Row, a: Assumptions,
 
 
 def hours(req: PlanRequest, row: Row) -> float | None:
-    if req.train_samples is None or row.prediction is None:
+    """Wall-clock hours of the training; None without a length or when the
+    configuration cannot run (it does not fit, or the batch does not split)."""
+    if req.train_samples is None or not row.fits:
         return None
     return req.train_samples / row.prediction.throughput / 3600
+
+
+def gpu_hours(req: PlanRequest, row: Row) -> float | None:
+    h = hours(req, row)
+    return None if h is None else h * row.world
+
+
+def cost(req: PlanRequest, row: Row) -> float | None:
+    g = gpu_hours(req, row)
+    return None if g is None or req.price_per_gpu_hour is None else g * req.price_per_gpu_hour
+
+
+def does_not_fit(row: Row) -> str | None:
+    """`41.2 GiB > 40 GiB` for a configuration whose memory overflows, else None."""
+    if row.prediction is None or row.fits:
+        return None
+    m = row.prediction.memory
+    return f"{m.total / GIB:.1f} GiB > {m.capacity / GIB:.0f} GiB"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,8 +208,12 @@ def recommend(req: PlanRequest, rows: list[Row], a: Assumptions = Assumptions(),
     fitting = [r for r in rows if r.fits]
     if not fitting:
         return Recommendation(None, "no configuration fits in memory; see the notes", accum)
+    if req.objective == "cheapest":
+        best, why = _cheapest(req, fitting)
+        return Recommendation(best, "--objective cheapest: " + why, accum)
     if req.target_hours is not None:
-        return _fewest_for_time(req, rows, a, calib, accum)
+        rec = _fewest_for_time(req, rows, a, calib, accum)
+        return dataclasses.replace(rec, reason="--objective fastest: " + rec.reason)
     good = [r for r in fitting if r.prediction.efficiency >= req.target_efficiency]
     if good:
         best = max(good, key=lambda r: r.prediction.throughput)
@@ -194,7 +223,31 @@ def recommend(req: PlanRequest, rows: list[Row], a: Assumptions = Assumptions(),
         best = max(fitting, key=lambda r: r.prediction.efficiency)
         why = (f"no configuration reaches {req.target_efficiency:.0%} efficiency; this is the "
                f"most efficient (raise --grad_accum_steps, see the accumulation column)")
-    return Recommendation(best, why, accum)
+    return Recommendation(best, "--objective fastest: " + why, accum)
+
+
+def _cheapest(req: PlanRequest, fitting: list[Row]) -> tuple[Row, str]:
+    """Fewest GPU-hours (GPU-seconds per sample when no length is given, the same
+    order) among the listed configurations at or above the efficiency floor, and
+    within --target_hours when given."""
+    floor = req.target_efficiency
+    pool = [r for r in fitting if r.prediction.efficiency >= floor]
+    why = f"at or above {floor:.0%} scaling efficiency"
+    if req.target_hours is not None and pool:
+        timely = [r for r in pool if hours(req, r) <= req.target_hours]
+        if timely:
+            pool, why = timely, why + f" that finish within {req.target_hours:g} h"
+        else:
+            why += (f"; none of them finishes within {req.target_hours:g} h (add node counts "
+                    "to --nodes, or relax --target_hours)")
+    if not pool:
+        pool = fitting
+        why = (f"no configuration reaches {floor:.0%} efficiency, so among all that fit "
+               "(raise --grad_accum_steps, see the accumulation column)")
+    best = min(pool, key=lambda r: (r.world / r.prediction.throughput, -r.prediction.throughput))
+    unit = "GPU-hours" if req.train_samples is not None else "GPU-hours per sample"
+    money = " and cost" if req.price_per_gpu_hour is not None else ""
+    return best, f"the fewest {unit}{money} {why}"
 
 
 def _fewest_for_time(req: PlanRequest, rows: list[Row], a: Assumptions,

@@ -103,3 +103,109 @@ def test_module_entry_point_runs_without_tensorflow_or_horovod():
                           "--gpu", "a100-40gb", "--global_batch", "8"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --model")
+
+
+A100_FP32 = ["--model", "resnet50", "--global_batch", "2048", "--gpu", "a100-40gb",
+             "--interconnect", "ib-hdr", "--nodes", "1,2,4", "--epochs", "90"]
+
+
+def _json(capsys, argv, code=0):
+    assert main(argv + ["--json"]) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def test_fp32_on_ampere_is_planned_as_tf32_with_a_warning(capsys):
+    # The user trial: fp32 on A100 predicted 10.05 h; TF ran it as TF32 in 3.50 h.
+    fp32 = _json(capsys, A100_FP32 + ["--precision", "fp32"])
+    tf32 = _json(capsys, A100_FP32 + ["--precision", "tf32"])
+    strict = _json(capsys, A100_FP32 + ["--precision", "fp32_strict"])
+    hours = [[r["hours"] for r in d["rows"]] for d in (fp32, tf32, strict)]
+    assert hours[0] == hours[1] and all(s > 2 * f for s, f in zip(hours[2], hours[0]))
+    assert any("TF32" in w for w in fp32["warnings"]) and not tf32["warnings"]
+    assert not strict["warnings"]
+    assert main(A100_FP32 + ["--precision", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("warning: --precision fp32 on a100-40gb")
+    assert "enable_tensor_float_32_execution(False)" in out and "fp32_strict" in out
+
+
+def test_gpu_hours_and_cost_columns(capsys):
+    data = _json(capsys, A100_FP32 + ["--precision", "tf32", "--price_per_gpu_hour", "2.5"])
+    for row in data["rows"]:
+        assert row["gpu_hours"] == pytest.approx(row["hours"] * row["gpus"])
+        assert row["cost_usd"] == pytest.approx(row["gpu_hours"] * 2.5)
+    assert data["price_per_gpu_hour"] == 2.5
+    assert main(A100_FP32 + ["--price_per_gpu_hour", "2.5"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU-hours" in out and "cost $" in out
+    unpriced = _json(capsys, A100_FP32)
+    assert "cost_usd" not in unpriced["rows"][0] and unpriced["rows"][0]["gpu_hours"] > 0
+    assert main(A100_FP32) == 0
+    assert "cost $" not in capsys.readouterr().out
+
+
+def test_objective_cheapest_picks_fewest_gpu_hours_and_says_why(capsys):
+    argv = A100_FP32 + ["--precision", "tf32", "--price_per_gpu_hour", "2"]
+    fastest = _json(capsys, argv)
+    cheapest = _json(capsys, argv + ["--objective", "cheapest"])
+    rows = {r["nodes"]: r for r in cheapest["rows"]}
+    floor = [r for r in rows.values() if r["scaling_efficiency"] >= 0.8]
+    want = min(floor, key=lambda r: r["gpu_hours"])
+    assert cheapest["recommendation"]["nodes"] == want["nodes"] == 1
+    assert fastest["recommendation"]["nodes"] == 4
+    assert cheapest["objective"] == "cheapest" and fastest["objective"] == "fastest"
+    assert main(argv + ["--objective", "cheapest"]) == 0
+    line = [l for l in capsys.readouterr().out.splitlines() if l.startswith("Recommendation")][0]
+    assert "--objective cheapest" in line and "fewest GPU-hours" in line and "$" in line
+
+
+def test_configurations_that_do_not_fit_have_no_hours_nor_cost(capsys):
+    argv = ["--model", "resnet50", "--global_batch", "4096", "--gpu", "a100-40gb",
+            "--interconnect", "ib-hdr", "--nodes", "1,2", "--precision", "tf32", "--epochs", "90",
+            "--price_per_gpu_hour", "2"]
+    data = _json(capsys, argv)
+    big, small = data["rows"]
+    assert not big["fits"] and small["fits"]
+    for key in ("hours", "gpu_hours", "cost_usd", "step_s", "samples_per_sec"):
+        assert big.get(key) is None and small[key] > 0
+    assert big["does_not_fit"] == (f"{big['memory_gib']['total']:.1f} GiB > "
+                                   f"{big['memory_gib']['capacity']:.0f} GiB")
+    assert main(argv) == 0
+    line = [l for l in capsys.readouterr().out.splitlines()
+            if l.split()[:2] == ["1", "8"] and "does not fit" in l]
+    assert len(line) == 1 and "GiB > 40 GiB" in line[0]
+
+
+def test_the_trainers_flag_names_with_dashes_or_underscores(capsys):
+    base = ["--model", "decoder_lm_124m", "--batch_per_gpu", "8", "--gpu", "a100-80gb",
+            "--precision", "mixed_bfloat16"]
+    one = _json(capsys, base + ["--fusion_threshold_mb", "64", "--cycle_time_ms", "5"])
+    two = _json(capsys, base + ["--fusion-threshold-mb=64", "--cycle-time-ms", "5",
+                                "--batch-per-gpu", "8"])
+    assert one["fusion_threshold_mb"] == two["fusion_threshold_mb"] == 64
+    assert one["cycle_time_ms"] == two["cycle_time_ms"] == 5
+    default = _json(capsys, base + ["--fusion_threshold_mb", "0"])   # 0: Horovod's default
+    assert default["fusion_threshold_mb"] == 128 and default["cycle_time_ms"] == 1
+    for old in ("--fusion_mb", "--cycle_ms"):
+        assert main(base + [old, "5"]) == 2
+        assert old in capsys.readouterr().err
+
+
+def test_no_message_says_received_none(capsys):
+    assert main(["--model", "resnet50", "--global_batch", "256", "--gpu", "a100-40gb",
+                 "--nodes", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "--interconnect" in err and "None" not in err
+
+
+def test_price_must_be_positive(capsys):
+    assert main(A100_FP32 + ["--price_per_gpu_hour", "-1"]) == 2
+    assert "--price_per_gpu_hour" in capsys.readouterr().err
+
+
+def test_recommendation_counts_are_singular_or_plural(capsys):
+    assert main(["--model", "digits_cnn", "--batch_per_gpu", "32", "--gpu", "l4-24gb",
+                 "--gpus_per_node", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Recommendation: 1 node = 1 GPU, batch/GPU 32 x 1 accumulation step," in out
+    assert "GPU(s)" not in out and "node(s)" not in out
