@@ -14,8 +14,10 @@ and looks for these keys at the top level or one level down (under "train",
   batch_per_gpu, grad_accum_steps, global_batch, nodes, gpus_per_node, step_time_cv
                   (all optional)
 
-What it derives (assuming the run used the same model, GPU and precision as the plan;
-a "model"/"precision"/"gpu" key that disagrees adds a note):
+A run of another model is refused (exit 2): its compute scale would describe the
+wrong network. The run's "model" may be the trainer's name of the planned one
+(decoder_lm_124m for gpt2-small). A "precision"/"gpu" key that disagrees adds a note.
+What it derives:
   - compute scale = measured compute time per sample / predicted;
   - bus bandwidth = 2(W-1)/W * gradient bytes / measured comm time per step: the
     intra-node link's if the run fit on one node, else the per-node network's;
@@ -32,8 +34,10 @@ import math
 import os
 
 from horovod_train.plan.cost import Assumptions, Calibration, Job, compute, predict
-from horovod_train.plan.errors import plan_error
+from horovod_train.plan.errors import PlanError, plan_error
+from horovod_train.plan.models import canonical_name
 from horovod_train.plan.recommend import PlanRequest, fabric_for, job_for
+from horovod_train.plan.report import plural
 
 _NESTS = ("train", "metrics", "summary")
 _KEYS = {
@@ -108,7 +112,8 @@ def calibrate(path: str, req: PlanRequest, a: Assumptions = Assumptions()) -> Ca
         raise plan_error("--calibrate", path, "a summary with samples_per_sec > 0",
                          "calibrate from a run that finished at least one logging interval")
     world = int(_number(data, "world_size", source) or 1)
-    notes = [f"calibrated from {path} ({world} GPU(s), {sps:.1f} samples/s)"]
+    _check_model(data, req, path)
+    notes = [f"calibrated from {path} ({plural(world, 'GPU')}, {sps:.1f} samples/s)"]
     notes += _mismatches(data, req)
     micro = _number(data, "batch_per_gpu", source) or _plan_micro(req)
     accum = int(_number(data, "grad_accum_steps", source) or req.accum_steps)
@@ -137,8 +142,17 @@ def _plan_micro(req: PlanRequest) -> float:
     return max(1.0, req.global_batch / (world * req.accum_steps))
 
 
+def _check_model(data: dict, req: PlanRequest, path: str) -> None:
+    run = data.get("model")
+    if not isinstance(run, str) or canonical_name(run) == canonical_name(req.model.name):
+        return
+    raise PlanError(f"--calibrate {path}: received a run of model {run!r}; expected a run of "
+                    f"the planned model {req.model.name!r}. Fix: calibrate from a run of "
+                    f"{req.model.name}, or plan --model {run}")
+
+
 def _mismatches(data: dict, req: PlanRequest) -> list[str]:
-    plan = {"model": req.model.name, "precision": req.precision, "gpu": req.gpu.name}
+    plan = {"precision": req.precision, "gpu": req.gpu.name}
     return [f"the run's {key} is {data[key]!r} but the plan's is {want!r}: calibration assumes "
             "they match" for key, want in plan.items()
             if isinstance(data.get(key), str) and data[key] != want]

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from horovod_train.plan.calibrate import calibrate
-from horovod_train.plan.cli import build_parser, request_from_args
+from horovod_train.plan.cli import build_parser, main, request_from_args
 from horovod_train.plan.errors import PlanError
 from horovod_train.plan.recommend import evaluate
 
@@ -53,10 +53,27 @@ def test_no_breakdown_single_gpu_scales_compute(tmp_path):
     req = _req()
     one = evaluate(request_from_args(build_parser().parse_args(
         FLAGS[:-1] + ["1"])), 1).prediction.throughput
-    run = _write(tmp_path, {"samples_per_sec": one / 2, "model": "resnet101"})
+    run = _write(tmp_path, {"samples_per_sec": one / 2, "model": "resnet50"})
     calib = calibrate(run, req)
     assert calib.compute_scale == pytest.approx(2.0, rel=0.02)
-    assert any("resnet101" in n for n in calib.notes)       # mismatch is reported
+
+
+def test_a_run_of_another_model_is_refused(tmp_path, capsys):
+    run = _write(tmp_path, {"samples_per_sec": 100.0, "model": "resnet101"})
+    with pytest.raises(PlanError) as err:
+        calibrate(run, _req())
+    message = str(err.value)
+    assert "resnet101" in message and "resnet50" in message and "Fix:" in message
+    assert "\n" not in message
+    assert main(FLAGS + ["--calibrate", run]) == 2
+    assert "resnet101" in capsys.readouterr().err
+
+
+def test_a_run_under_the_trainers_name_of_the_planned_model_calibrates(tmp_path):
+    run = _write(tmp_path, {"samples_per_sec": 100.0, "model": "decoder_lm_124m"})
+    req = request_from_args(build_parser().parse_args(
+        ["--model", "gpt2-small", "--batch_per_gpu", "8", "--gpu", "a100-40gb"]))
+    assert calibrate(run, req).compute_scale > 0
 
 
 def test_no_breakdown_multi_gpu_matches_step(tmp_path):
