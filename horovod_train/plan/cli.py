@@ -27,7 +27,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m horovod_train plan",
+    # No abbreviations: the trainer's absl flags take none, so neither does the planner.
+    p = _Parser(prog="python -m horovod_train plan", allow_abbrev=False,
                 description="Predict memory, step time and scaling efficiency of data-parallel "
                             "training before renting the cluster.")
     p.add_argument("--model", required=True, help="a trainer model (resnet18/34/50/101/152, "
@@ -158,8 +159,21 @@ def request_from_args(args) -> PlanRequest:
         args.price_per_gpu_hour)
 
 
+# The planner's old flag names, now the trainer's.
+RENAMED = {"--fusion_mb": "--fusion_threshold_mb", "--cycle_ms": "--cycle_time_ms"}
+
+
+def _refuse_old_names(argv: list[str]) -> None:
+    for arg in argv:
+        old = arg.partition("=")[0]
+        if old in RENAMED:
+            raise plan_error(old, arg, f"the trainer's name, {RENAMED[old]} (same unit)",
+                             f"pass {RENAMED[old]} instead")
+
+
 def run(argv: list[str], out=None) -> int:
     out = out or sys.stdout
+    _refuse_old_names(argv)
     args = build_parser().parse_args(argv)
     req = request_from_args(args)
     a = Assumptions()

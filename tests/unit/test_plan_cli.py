@@ -186,9 +186,12 @@ def test_the_trainers_flag_names_with_dashes_or_underscores(capsys):
     assert one["cycle_time_ms"] == two["cycle_time_ms"] == 5
     default = _json(capsys, base + ["--fusion_threshold_mb", "0"])   # 0: Horovod's default
     assert default["fusion_threshold_mb"] == 128 and default["cycle_time_ms"] == 1
-    for old in ("--fusion_mb", "--cycle_ms"):
+    for old, new in (("--fusion_mb", "--fusion_threshold_mb"), ("--cycle-ms", "--cycle_time_ms")):
         assert main(base + [old, "5"]) == 2
-        assert old in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert old.replace("-", "_")[2:] in err and f"pass {new} instead" in err
+    assert main(base + ["--fusion_threshold", "5"]) == 2       # no abbreviations, as absl
+    assert "unrecognized arguments: --fusion_threshold" in capsys.readouterr().err
 
 
 def test_no_message_says_received_none(capsys):
