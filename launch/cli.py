@@ -11,11 +11,13 @@ import shlex
 from dataclasses import dataclass
 
 from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig
+from launch.argv import normalize_flag_names
 from launch.errors import LaunchError, launch_error
 from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfile,
                              format_openmpi_hostfile, is_local_only, parse_hostfile,
                              parse_hosts_arg, total_slots)
-from launch.plan import BIND_TO, COMMAND_EXAMPLE, CONTROLLERS, SRUN_MPI
+from launch.plan import (BIND_TO, COMMAND_EXAMPLE, CONTROLLERS, PORT_BASE_FLAG, SRUN_MPI,
+                         TIMELINE_FLAG)
 
 # Kept on one line (raw formatting) so the command can be copied as printed.
 EPILOG = f"example:\n  python -m launch run -H localhost:2 {COMMAND_EXAMPLE}"
@@ -41,13 +43,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add(parser, *names, **kwargs):
-    """Adds a flag under both spellings (--dry_run and --dry-run)."""
-    spelled = []
-    for name in names:
-        spelled.append(name)
-        if name.startswith("--") and "_" in name:
-            spelled.append(name.replace("_", "-"))
-    return parser.add_argument(*spelled, **kwargs)
+    """One spelling per flag, with underscores: parse() turns dashes in a flag's name into
+    underscores first (launch/argv.py), so --dry-run means --dry_run."""
+    return parser.add_argument(*names, **kwargs)
 
 
 def _whole(text: str) -> int:
@@ -57,84 +55,128 @@ def _whole(text: str) -> int:
     return int(text)
 
 
+def _port_base_flag(group, default, help_text: str) -> None:
+    _add(group, PORT_BASE_FLAG, dest="port_base", type=_whole, default=default,
+         metavar="PORT", help=help_text + "; the trainer's flag of the same name")
+
+
 def _hosts_flags(parser) -> None:
     group = parser.add_mutually_exclusive_group()
     _add(group, "--hostfile", help="hostfile: 'host slots=N', 'host:N' or 'host' per line")
     _add(group, "-H", "--hosts", help="host list, e.g. node01:8,node02:8")
 
 
-def _run_flags(parser) -> None:
-    _add(parser, "--backend", choices=contract.LAUNCHED_BACKENDS, default="horovod")
-    _add(parser, "--launcher", choices=spec.LAUNCHERS,
+def _run_flags(parser):
+    """run's and print's flags, in headed groups; returns the output group."""
+    job = parser.add_argument_group("backend and launcher")
+    _add(job, "--backend", choices=contract.LAUNCHED_BACKENDS, default="horovod",
+         help="the trainer's --backend the ranks will use (default: horovod)")
+    _add(job, "--launcher", choices=spec.LAUNCHERS,
          help="default: horovodrun for horovod; local (localhost) or mpirun for mwms")
-    _add(parser, "--controller", choices=CONTROLLERS, help="horovodrun: gloo (default) or mpi")
-    _hosts_flags(parser)
-    _add(parser, "-np", "--np", type=_whole, help="ranks (default: all slots)")
-    _add(parser, "--port_base", type=_whole, default=contract.DEFAULT_MWMS_PORT_BASE,
-         help="mwms: worker on a host listens on port_base + local rank")
-    _add(parser, "--env", action="append", default=[], metavar="NAME=VALUE")
-    _add(parser, "-x", "--forward", action="append", default=[], metavar="NAME",
+    ranks = parser.add_argument_group("hosts and ranks")
+    _hosts_flags(ranks)
+    _add(ranks, "-np", "--np", type=_whole, help="ranks (default: all slots)")
+    _add(ranks, "--oversubscribe", action="store_true", help="more ranks than slots")
+    hvd = parser.add_argument_group("horovod")
+    _add(hvd, "--controller", choices=CONTROLLERS, help="horovodrun: gloo (default) or mpi")
+    _add(hvd, "--fusion_threshold_mb", type=_whole,
+         help="HOROVOD_FUSION_THRESHOLD in MiB (the trainer's flag of the same name)")
+    _add(hvd, "--cycle_time_ms", type=float,
+         help="HOROVOD_CYCLE_TIME (the trainer's flag of the same name)")
+    _add(hvd, TIMELINE_FLAG, dest="timeline", metavar="PATH",
+         help="write Horovod's timeline to PATH (the trainer's --horovod_timeline picks "
+              "run_dir/timeline.json instead)")
+    _add(hvd, "--network_interface", action="append", default=[],
+         help="horovodrun --network-interfaces (repeat for several)")
+    _port_base_flag(parser.add_argument_group("mwms"), contract.DEFAULT_MWMS_PORT_BASE,
+                    "worker on a host listens on this + local rank")
+    _env_flags(parser.add_argument_group("environment and threads"))
+    _mpi_flags(parser.add_argument_group("mpirun and srun"))
+    output = parser.add_argument_group("output")
+    _add(output, "--json", action="store_true", help="print the plan as JSON")
+    return output
+
+
+def _env_flags(group) -> None:
+    _add(group, "--env", action="append", default=[], metavar="NAME=VALUE")
+    _add(group, "-x", "--forward", action="append", default=[], metavar="NAME",
          help="also forward NAME (HOROVOD_*, NCCL_*, TF_*, PYTHON*, OMP_* always are)")
-    _add(parser, "--cores_per_host", type=_whole,
+    _add(group, "--cores_per_host", type=_whole,
          help="set threads per rank to cores/ranks (default on localhost: this machine's)")
-    _add(parser, "--no_share_cores", action="store_true", help="do not set thread defaults")
-    _add(parser, "--oversubscribe", action="store_true")
-    _add(parser, "--bind_to", choices=BIND_TO, default="none")
-    _add(parser, "--map_by", default="slot")
-    _add(parser, "--mca", action="append", default=[], metavar="NAME=VALUE")
-    _add(parser, "--launch_agent", help="mpirun/mpich: program used instead of ssh")
-    _add(parser, "--srun_mpi", choices=SRUN_MPI, default="pmix")
-    _add(parser, "--gpus_per_task", type=_whole)
-    _add(parser, "--fusion_threshold_mb", type=_whole)
-    _add(parser, "--cycle_time_ms", type=float)
-    _add(parser, "--timeline", help="Horovod timeline JSON path")
-    _add(parser, "--network_interface", action="append", default=[])
-    _add(parser, "--json", action="store_true", help="print the plan as JSON")
+    _add(group, "--no_share_cores", action="store_true", help="do not set thread defaults")
+
+
+def _mpi_flags(group) -> None:
+    _add(group, "--bind_to", choices=BIND_TO, default="none", help="mpirun --bind-to")
+    _add(group, "--map_by", default="slot", help="mpirun --map-by")
+    _add(group, "--mca", action="append", default=[], metavar="NAME=VALUE",
+         help="mpirun -mca NAME VALUE")
+    _add(group, "--launch_agent", help="mpirun/mpich: program used instead of ssh")
+    _add(group, "--srun_mpi", choices=SRUN_MPI, default="pmix", help="srun --mpi")
+    _add(group, "--gpus_per_task", type=_whole, help="srun --gpus-per-task")
 
 
 def _slurm_flags(parser) -> None:
-    _add(parser, "--backend", choices=contract.LAUNCHED_BACKENDS, default="horovod")
-    _add(parser, "--nodes", type=_whole, required=True)
-    _add(parser, "--gpus_per_node", type=_whole, default=0, help="0 for CPU nodes")
-    _add(parser, "--tasks_per_node", type=_whole, help="default: one per GPU (1 on CPU)")
-    _add(parser, "--cpus_per_task", type=_whole)
-    _add(parser, "--gpus_per_task", type=_whole)
-    _add(parser, "--partition")
-    _add(parser, "--time", help="e.g. 04:00:00")
-    _add(parser, "--job_name", default="horovod_train")
-    _add(parser, "--account")
-    _add(parser, "--output_pattern", default="%x-%j.out", help="sbatch --output")
-    _add(parser, "--exclusive", action="store_true")
-    _add(parser, "--srun_mpi", choices=SRUN_MPI, default="pmix")
-    _add(parser, "--port_base", type=_whole,
-         help="mwms: worker k of a node listens on port_base + k (default: from "
-              "SLURM_JOB_ID, so jobs sharing a node differ)")
-    _add(parser, "--nccl_debug", default="WARN")
-    _add(parser, "--nccl_ib_hca", help="e.g. mlx5_0,mlx5_1")
-    _add(parser, "--nccl_socket_ifname", help="e.g. ib0")
-    _add(parser, "--env", action="append", default=[], metavar="NAME=VALUE")
-    _add(parser, "-o", "--output", help="write the script here instead of stdout")
+    job = parser.add_argument_group("job")
+    _add(job, "--backend", choices=contract.LAUNCHED_BACKENDS, default="horovod",
+         help="the trainer's --backend the ranks will use (default: horovod)")
+    _add(job, "--nodes", type=_whole, required=True)
+    _add(job, "--gpus_per_node", type=_whole, default=0, help="0 for CPU nodes")
+    _add(job, "--tasks_per_node", type=_whole, help="default: one per GPU (1 on CPU)")
+    _add(job, "--cpus_per_task", type=_whole)
+    _add(job, "--gpus_per_task", type=_whole)
+    _add(job, "--partition")
+    _add(job, "--time", help="e.g. 04:00:00")
+    _add(job, "--job_name", default="horovod_train")
+    _add(job, "--account")
+    _add(job, "--exclusive", action="store_true")
+    ranks = parser.add_argument_group("srun and mwms")
+    _add(ranks, "--srun_mpi", choices=SRUN_MPI, default="pmix", help="srun --mpi (horovod)")
+    _port_base_flag(ranks, None, "worker k of a node listens on this + k (default: from "
+                    "SLURM_JOB_ID, so jobs sharing a node differ)")
+    nccl = parser.add_argument_group("NCCL (GPU nodes)")
+    _add(nccl, "--nccl_debug", default="WARN")
+    _add(nccl, "--nccl_ib_hca", help="e.g. mlx5_0,mlx5_1")
+    _add(nccl, "--nccl_socket_ifname", help="e.g. ib0")
+    _add(parser.add_argument_group("environment"), "--env", action="append", default=[],
+         metavar="NAME=VALUE")
+    out = parser.add_argument_group("output")
+    _add(out, "--output_pattern", default="%x-%j.out", help="sbatch --output")
+    _add(out, "-o", "--output", help="write the script here instead of stdout")
+
+
+def _sub(subs, name: str, help_text: str, **kwargs):
+    return subs.add_parser(name, help=help_text, description=help_text.capitalize(),
+                           **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m launch", description="Plan and start horovod_train "
                      "jobs: horovodrun, mpirun, srun, sbatch scripts and TF_CONFIG.\n"
-                     "The training command goes after '--'.", epilog=EPILOG,
+                     "The training command goes after '--'. Flags take dashes or "
+                     "underscores alike (--dry-run = --dry_run).", epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     subs = parser.add_subparsers(dest="subcommand", required=True, parser_class=_Parser)
-    _run_flags(subs.add_parser("run", help="start the job (--dry_run: only print it)",
-                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
-    _add(subs.choices["run"], "--dry_run", action="store_true")
-    _run_flags(subs.add_parser("print", help="print the exact command and env (dry run)"))
-    tfc = subs.add_parser("tf-config", help="print TF_CONFIG JSON for MWMS worker --index")
+    run = _sub(subs, "run", "start the job (--dry_run: only print it)", epilog=EPILOG,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add(_run_flags(run), "--dry_run", action="store_true",
+         help="print the command and env instead of starting them")
+    _run_flags(_sub(subs, "print", "print the exact command and env (dry run)", epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter))
+    tfc = _sub(subs, "tf-config", "print TF_CONFIG JSON for MWMS worker --index")
     _hosts_flags(tfc)
     _add(tfc, "--index", type=_whole)
     _add(tfc, "--all", action="store_true", help="one line per worker")
-    _add(tfc, "--port_base", type=_whole, default=contract.DEFAULT_MWMS_PORT_BASE)
-    _slurm_flags(subs.add_parser("slurm", help="render an sbatch script"))
-    nodes = subs.add_parser("nodelist", help="expand a Slurm node list, one name per line")
+    _port_base_flag(tfc, contract.DEFAULT_MWMS_PORT_BASE,
+                    "worker on a host listens on this + local rank")
+    _slurm_flags(_sub(subs, "slurm", "render an sbatch script"))
+    nodes = _sub(subs, "nodelist", "expand a Slurm node list, one name per line")
     nodes.add_argument("nodelist")
-    hosts = subs.add_parser("hosts", help="validate a host list and print it normalised")
+    _hosts_subcommand(_sub(subs, "hosts", "validate a host list and print it normalised"))
+    return parser
+
+
+def _hosts_subcommand(hosts) -> None:
     _hosts_flags(hosts)
     _add(hosts, "--nodelist", help="a Slurm node list, e.g. node[01-04]")
     _add(hosts, "--slots", type=_whole, default=1, help="slots per node for --nodelist")
@@ -142,7 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add(hosts, "--slurm_env", action="store_true",
          help="hosts of the current Slurm job (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE)")
     _add(hosts, "--format", choices=("openmpi", "horovod", "mpich"), default="openmpi")
-    return parser
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -214,6 +255,7 @@ def _slurm_job(args, command) -> sbatch.SlurmJob:
 
 def _tf_config_text(args) -> str:
     hosts = _read_hosts(args, required=True)
+    tfconfig.check_port_base(args.port_base, hosts, PORT_BASE_FLAG)
     configs = tfconfig.all_tf_configs(hosts, args.port_base)
     if args.all:
         return "\n".join(tfconfig.to_json(c) for c in configs) + "\n"
@@ -238,17 +280,17 @@ def _hosts_text(args, environ) -> str:
         return format_horovodrun_hosts(hosts) + "\n"
     if args.format == "mpich":
         return format_mpich_hostfile(hosts)
-    return (f"# {len(hosts)} hosts, {total_slots(hosts)} slots\n"
+    return (f"# {_count(len(hosts), 'host')}, {_count(total_slots(hosts), 'slot')}\n"
             + format_openmpi_hostfile(hosts))
 
 
 def parse(argv: list[str], environ) -> Output | Launch:
     """Turns command-line words into an Output or a Launch; raises LaunchError."""
-    options, command = _split_command(list(argv))
+    options, command = _split_command(normalize_flag_names(list(argv)))
     args = build_parser().parse_args(options)
     needs_command = args.subcommand in ("run", "print", "slurm")
     if needs_command and not command:
-        raise launch_error(f"python -m launch {args.subcommand}", command,
+        raise launch_error(f"python -m launch {args.subcommand}", None,
                            "the training command after '--'", COMMAND_EXAMPLE)
     if not needs_command and command is not None:
         raise launch_error(f"python -m launch {args.subcommand}", command,
@@ -270,10 +312,11 @@ def parse(argv: list[str], environ) -> Output | Launch:
 def format_plan(plan: spec.LaunchPlan, as_json: bool = False) -> str:
     """The dry-run text: exports of the env additions, then each exact command line."""
     if as_json:
-        return json.dumps({"launcher": plan.launcher, "notes": list(plan.notes),
+        return json.dumps({"launcher": plan.launcher, "ranks": plan.ranks,
+                           "notes": list(plan.notes),
                            "processes": [{"argv": list(p.argv), "env": p.env_dict()}
                                          for p in plan.processes]}, indent=2) + "\n"
-    lines = [f"# launcher: {plan.launcher}; {len(plan.processes)} process(es) to start"]
+    lines = [f"# launcher: {plan.launcher}; {_starts(plan)}"]
     lines += [f"# note: {note}" for note in plan.notes]
     shared = dict(set.intersection(*(set(p.env) for p in plan.processes)))
     lines.append("# environment additions:" + ("" if shared else " none"))
@@ -282,3 +325,21 @@ def format_plan(plan: spec.LaunchPlan, as_json: bool = False) -> str:
         own = [f"{k}={v}" for k, v in process.env if k not in shared]
         lines.append(shlex.join((["env"] + own if own else []) + list(process.argv)))
     return "\n".join(lines) + "\n"
+
+
+def _count(number: int, noun: str) -> str:
+    """`1 rank`, `16 ranks`, `2 processes`."""
+    if number == 1:
+        return f"{number} {noun}"
+    return f"{number} {noun}" + ("es" if noun.endswith("s") else "s")
+
+
+def _starts(plan: spec.LaunchPlan) -> str:
+    """What the processes start: one launcher process starts every rank (horovodrun,
+    mpirun, srun); the local mwms launcher starts each rank itself."""
+    processes = len(plan.processes)
+    if processes > 1 or plan.ranks == 1 and plan.launcher == "local":
+        return f"{_count(processes, 'process')}, one rank" + (" each" if processes > 1 else "")
+    ranks = ("one rank per task of the Slurm allocation" if plan.ranks is None
+             else _count(plan.ranks, "rank"))
+    return f"{_count(processes, 'launcher process')} starting {ranks}"

@@ -18,6 +18,7 @@ def _show(value) -> str:
 
 
 def launch_error(where: str, received, expected: str, example: str) -> LaunchError:
-    """Builds `WHERE: received R; expected E. Example: X` as a LaunchError."""
-    return LaunchError(f"{where}: received {_show(received)}; expected {expected}. "
-                       f"Example: {example}")
+    """Builds `WHERE: received R; expected E. Example: X` as a LaunchError; received None
+    (nothing was given) reads `WHERE: not given; ...`, never "received None"."""
+    got = "not given" if received is None else f"received {_show(received)}"
+    return LaunchError(f"{where}: {got}; expected {expected}. Example: {example}")

@@ -26,6 +26,10 @@ HYDRA_LAUNCHERS = ("ssh", "rsh", "fork", "slurm")
 MAX_RANKS = MAX_HOSTS * MAX_SLOTS
 # Shown in errors and --help; tests/unit/test_launch_docs.py checks its flags are real.
 COMMAND_EXAMPLE = "-- python -m horovod_train --max_steps=100"
+# Launch flags for settings the trainer has too carry the trainer's names (one vocabulary);
+# these two are named in messages from several modules.
+PORT_BASE_FLAG = "--mwms_port_base"
+TIMELINE_FLAG = "--horovod_timeline_file"  # a path; the trainer's --horovod_timeline picks one
 
 _MAP_BY = re.compile(r"^(slot|node|core|socket|numa|hwthread|board|l3cache"
                      r"|ppr:[0-9]{1,4}:(node|socket|numa|core|l3cache))(:[A-Za-z0-9=,]+)?$")
@@ -121,7 +125,7 @@ def horovodrun_argv(command, *, np: int, hosts=(), hostfile=None, controller="gl
         argv += ["--cycle-time-ms", check_number(cycle_time_ms, "--cycle_time_ms", 0, 10000)]
     if timeline_filename is not None:
         argv += ["--timeline-filename",
-                 check_option_value(timeline_filename, "--timeline", "runs/timeline.json")]
+                 check_option_value(timeline_filename, TIMELINE_FLAG, "runs/timeline.json")]
         if timeline_mark_cycles:
             argv.append("--timeline-mark-cycles")
     if start_timeout_s is not None:

@@ -151,7 +151,7 @@ def _port_base_text(job: SlurmJob) -> str:
     width = tasks_per_node(job)
     if job.port_base is None:
         return contract.slurm_port_base_shell(width)
-    return str(check_port_range(job.port_base, width))
+    return str(check_port_range(job.port_base, width, plan.PORT_BASE_FLAG))
 
 
 def render_sbatch(job: SlurmJob) -> str:

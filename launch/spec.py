@@ -33,6 +33,9 @@ class LaunchPlan:
     processes: tuple[Process, ...]
     launcher: str
     notes: tuple[str, ...] = ()
+    # Ranks the processes start between them: one launcher process (horovodrun, mpirun,
+    # srun) starts them all. None: srun without -np, one per task of the allocation.
+    ranks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -128,11 +131,11 @@ def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[
                                                           "--cycle_time_ms", 0, 10000)
         if knobs.timeline_filename is not None:
             env["HOROVOD_TIMELINE"] = plan.check_option_value(
-                knobs.timeline_filename, "--timeline", "runs/timeline.json")
+                knobs.timeline_filename, plan.TIMELINE_FLAG, "runs/timeline.json")
     if spec.backend == "mwms" and launcher != "local":
         if launcher == "srun":
             port_base = _srun_port_base(spec.port_base, np, environ)
-            tfconfig.check_port_base(port_base, [])
+            tfconfig.check_port_base(port_base, [], plan.PORT_BASE_FLAG)
             env[contract.ENV_MWMS_PORT_BASE] = str(port_base)
         else:
             env.update(tfconfig.worker_env_contract(first_ranks(hosts, np), spec.port_base))
@@ -221,11 +224,11 @@ def _check_local_ports(spec: LaunchSpec, hosts, np) -> None:
     width = max(h.slots for h in first_ranks(hosts, np))
     low, high = spec.ephemeral_ports
     if ports.overlaps_ephemeral(spec.port_base, width, spec.ephemeral_ports):
-        raise launch_error("--port_base", spec.port_base, f"ports outside this machine's "
+        raise launch_error(plan.PORT_BASE_FLAG, spec.port_base, f"ports outside this machine's "
                            f"ephemeral range {low}-{high} (ip_local_port_range), where outgoing "
                            f"connections take ports at random; {width} workers use "
                            f"{spec.port_base}..{spec.port_base + width - 1}",
-                           f"--port_base {contract.DEFAULT_MWMS_PORT_BASE}")
+                           f"{plan.PORT_BASE_FLAG} {contract.DEFAULT_MWMS_PORT_BASE}")
 
 
 def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
@@ -242,6 +245,8 @@ def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
                            "workers host by host, in rank order)", "--map_by slot")
     _check_controller(spec, launcher, np)
     if spec.backend == "mwms":
+        if hosts:  # checked here so that the message names launch's flag
+            tfconfig.check_port_base(spec.port_base, first_ranks(hosts, np), plan.PORT_BASE_FLAG)
         _check_local_ports(spec, hosts, np)
     env = _env_additions(spec, launcher, hosts, np, environ)
     notes = []
@@ -255,4 +260,5 @@ def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
         if spec.backend == "mwms":
             notes.append("each rank derives TF_CONFIG from its rank and "
                          f"{contract.ENV_HOSTS}/{contract.ENV_MWMS_PORT_BASE} (or the Slurm env)")
-    return LaunchPlan(tuple(processes), launcher, tuple(notes))
+    ranks = len(processes) if spec.backend == "mwms" and launcher == "local" else np
+    return LaunchPlan(tuple(processes), launcher, tuple(notes), ranks)

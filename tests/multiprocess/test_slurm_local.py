@@ -110,7 +110,7 @@ def _render(job, backend: str, nodes: int, tasks_per_node: int, port_base=None) 
     argv = [sys.executable, "-m", "launch", "slurm", "--backend", backend, "--nodes", str(nodes),
             "--tasks_per_node", str(tasks_per_node), "--time", "00:10:00", "-o", str(script)]
     if port_base is not None:
-        argv += ["--port_base", str(port_base)]
+        argv += ["--mwms_port_base", str(port_base)]
     proc = run_cli(argv + ["--", *job.train_argv()])
     assert proc.returncode == 0, proc.stderr
     return str(script)

@@ -62,7 +62,7 @@ def test_print_shows_the_exact_command():
     lines = result.stdout.splitlines()
     assert lines[-1] == shlex.join(["horovodrun", "-np", "16", "-H",
                                     "node01:8,node02:8", "--gloo", *CMD])
-    assert lines[0] == "# launcher: horovodrun; 1 process(es) to start"
+    assert lines[0] == "# launcher: horovodrun; 1 launcher process starting 16 ranks"
 
 
 def test_print_json_and_env_additions():
@@ -82,7 +82,7 @@ def test_print_json_and_env_additions():
 
 def test_print_mwms_local_lists_one_tf_config_per_worker():
     result = launch("print", "--backend", "mwms", "--hostfile", "hostfiles/localhost",
-                    "--port_base", "31000", "--", *CMD)
+                    "--mwms_port_base", "31000", "--", *CMD)
     assert result.returncode == 0, result.stderr
     commands = [line for line in result.stdout.splitlines() if line.startswith("env ")]
     assert len(commands) == 2
@@ -155,7 +155,7 @@ def test_bad_input_gives_one_line_and_exit_2(args, fragment):
 
 def test_tf_config_subcommand():
     result = launch("tf-config", "--hostfile", "hostfiles/two_nodes", "--index", "9",
-                    "--port_base", "20000")
+                    "--mwms_port_base", "20000")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
         "cluster": {"worker": [f"node0{n}:{20000 + k}" for n in (1, 2) for k in range(8)]},

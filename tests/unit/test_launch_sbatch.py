@@ -183,7 +183,7 @@ def test_mwms_script_stops_when_it_finds_no_nodes(tmp_path, nodelist, python_wit
     ({"env": (("A-B", "1"),)}, "variable name"),
     ({"command": ()}, "command"),
     ({"backend": "tf"}, "one of horovod, mwms"),
-    ({"backend": "mwms", "port_base": 65535, "tasks_per_node": 2}, "--port_base"),
+    ({"backend": "mwms", "port_base": 65535, "tasks_per_node": 2}, "--mwms_port_base"),
 ])
 def test_bad_slurm_inputs_rejected(kwargs, fragment):
     kwargs.setdefault("backend", "horovod")

@@ -151,7 +151,7 @@ def test_a_given_base_is_rendered_as_is():
 def test_the_cli_leaves_the_base_to_the_job_unless_given():
     from launch import cli
     derived = cli.parse(["slurm", "--backend", "mwms", "--nodes", "1", "--", "true"], {})
-    given = cli.parse(["slurm", "--backend", "mwms", "--nodes", "1", "--port_base", "12345",
+    given = cli.parse(["slurm", "--backend", "mwms", "--nodes", "1", "--mwms_port_base", "12345",
                        "--", "true"], {})
     assert "SLURM_JOB_ID" in derived.text.split("PORT_BASE=", 1)[1].splitlines()[0]
     assert "PORT_BASE=12345\n" in given.text
