@@ -18,6 +18,7 @@ GPU=${GPU:-0}
 PYTHON=${PYTHON:-python3}
 CACHE=${HOROVOD_TRAIN_CACHE:-$HOME/.cache/horovod_train}
 HOROVOD_VERSION=0.28.1
+REQUIREMENTS_CHANGED=0
 APT_PACKAGES=(openmpi-bin libopenmpi-dev build-essential cmake git python3-dev python3-venv iproute2 procps)
 # Debian's Slurm 22.05 and munge: tests/multiprocess/test_slurm_local.py runs real sbatch,
 # srun and salloc jobs on a cluster scripts/slurm_local.sh starts on this machine (its own
@@ -64,7 +65,7 @@ install_requirements() {
   "$VENV/bin/pip" install -q --upgrade pip setuptools wheel </dev/null
   "$VENV/bin/pip" install -q -r "$REQUIREMENTS" </dev/null
   echo "$want" >"$VENV/.requirements.sha256"
-  rm -f "$VENV/.horovod.stamp"  # TF may have changed: the Horovod build must match it
+  REQUIREMENTS_CHANGED=1  # install_horovod checks that the Horovod there still loads
 }
 
 # TF >= 2.19 moved the XLA headers that horovod/tensorflow/xla_mpi_ops.cc includes,
@@ -123,7 +124,14 @@ print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
     tag=${tag/-py/-$(cuda_tag)-py}
   fi
   stamp_want="horovod-$HOROVOD_VERSION-$tag"
-  [[ $(cat "$VENV/.horovod.stamp" 2>/dev/null || true) == "$stamp_want" ]] && { log "horovod present ($stamp_want)"; return; }
+  # The stamp names the TF, Python (and CUDA) versions the wheel was built for, so a
+  # requirements change that kept them (a new tool pinned) keeps this Horovod, once
+  # it is seen to load; reinstalling it would only cost time.
+  if [[ $(cat "$VENV/.horovod.stamp" 2>/dev/null || true) == "$stamp_want" ]] &&
+      { [[ $REQUIREMENTS_CHANGED == 0 ]] || "$VENV/bin/horovodrun" --check-build >/dev/null 2>&1; }; then
+    log "horovod present ($stamp_want)"
+    return
+  fi
   wheel_dir=$CACHE/wheels/$tag
   wheel=$(ls "$wheel_dir"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
   if [[ -n $wheel ]]; then
