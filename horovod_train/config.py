@@ -10,6 +10,8 @@ exist, whichever way it was built.
 import dataclasses
 import os
 
+import models  # the zoo's registry is TF-free: its names are --model's choices
+from horovod_train.data import available_datasets  # TF-free, like the zoo's
 from horovod_train.errors import check_choice, check_positive, check_range, usage_error
 from launch import contract
 
@@ -93,7 +95,9 @@ def resolve_jit_compile(requested: str, visible_gpus: int, deterministic: bool =
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    dataset: str = option("digits", "Dataset: digits (bundled), synthetic, tfrecord, lmdb or tfds.")
+    dataset: str = option("digits", "Data source: digits is bundled, synthetic is generated; "
+                          "tfrecord and lmdb read --data_dir, tfds --tfds_name, pycorpus "
+                          "Python's own library.", choices=available_datasets())
     data_dir: str | None = option(None, "Directory holding the dataset files (TFDS: its data_dir).")
     batch_size: int = option(32, "Per-replica batch size; the global batch is batch_size x ranks.")
     data_threads: int = option(0, "tf.data threads; 0 = autotune.")
@@ -114,6 +118,7 @@ class DataConfig:
                                      "for eval).")
 
     def __post_init__(self):
+        check_field_choices(self)
         from horovod_train.data import options  # TF-free
         object.__setattr__(self, "synthetic_shape", options.parse_shape(self.synthetic_shape))
         options.validate(self)
@@ -310,7 +315,8 @@ class ObserveConfig:
 class RunConfig:
     """The whole run. Fields that are config dataclasses are sections (no flag of their
     own); every other field, here or in a section, is one flag of the same name."""
-    model: str = option("digits_cnn", "Model name from the zoo (models.available_models()).")
+    model: str = option("digits_cnn", "The model, from the zoo (models/).",
+                        choices=models.available_models())
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
@@ -325,10 +331,7 @@ class RunConfig:
     def __post_init__(self):
         # Names are checked here, against TF-free registries, so a typo fails before
         # TensorFlow is even imported.
-        import models  # the registry is TF-free
-        from horovod_train.data import available_datasets
-        check_choice("--model", self.model, models.available_models())
-        check_choice("--dataset", self.data.dataset, available_datasets())
+        check_field_choices(self)
         if self.speed.jit_compile == "true" and self.runtime.deterministic:
             raise usage_error("--jit_compile", "true with --deterministic",
                               "one of the two: XLA has no deterministic kernels for some ops "

@@ -76,6 +76,27 @@ def test_the_choice_lists_are_the_contracts():
     assert by_name["progress"] == contract.PROGRESS_MODES
 
 
+def test_model_and_dataset_choices_are_the_registries():
+    import models
+    from horovod_train.data import available_datasets
+    by_name = {field.name: field.metadata.get("choices") for _, _, field in LEAVES}
+    assert by_name["model"] == tuple(models.available_models())
+    assert by_name["dataset"] == tuple(available_datasets())
+    assert {"digits_cnn", "resnet50", "decoder_lm"} <= set(by_name["model"])
+
+
+@pytest.mark.parametrize("flag, value, listed", [
+    ("model", "resnet51", "resnet50"), ("dataset", "mnist", "synthetic")])
+def test_a_bad_choice_is_one_line_with_the_fix(flag, value, listed):
+    from horovod_train.errors import UsageError
+    with pytest.raises(UsageError) as err:
+        ht_flags.config_from_flags(fresh_flags(f"--{flag}={value}"))
+    message = str(err.value)
+    assert message.startswith(f"--{flag}: received {value!r}; expected one of: ")
+    assert listed in message and f"Fix: pass --{flag}=<one of " in message
+    assert "\n" not in message
+
+
 def test_defaults_build_the_default_config():
     assert ht_flags.config_from_flags(fresh_flags()) == cfg.RunConfig()
 
@@ -83,7 +104,7 @@ def test_defaults_build_the_default_config():
 def _changed_value(field, kind, tmp_path):
     """A valid non-default command-line value for the field."""
     choices = field.metadata.get("choices")
-    if choices is not None:
+    if choices is not None and field.name not in EXAMPLES:
         return [c for c in choices if c != field.default][-1]
     if kind is bool:
         return "false" if field.default else "true"
@@ -91,14 +112,18 @@ def _changed_value(field, kind, tmp_path):
         return str(field.default + 1)
     if kind is float:
         return str(field.default / 2 if field.default else 1.5)
-    examples = {"model": "digits_mlp", "dataset": "synthetic", "data_dir": tmp_path,
-                "tfds_name": "mnist", "train_split": "train[:90%]", "eval_split": "validation",
-                "cache": "memory", "checkpoint_dir": tmp_path, "checkpoint_every": "500",
-                "inject_nonfinite": "5@1", "run_dir": tmp_path, "profile_steps": "2,3",
-                "baseline_cache": "", "summary_json": tmp_path / "s.json",
-                "export_weights": tmp_path / "w.npz", "synthetic_shape": "4,4,3"}
+    examples = {**EXAMPLES, "data_dir": tmp_path, "checkpoint_dir": tmp_path,
+                "run_dir": tmp_path, "summary_json": tmp_path / "s.json",
+                "export_weights": tmp_path / "w.npz"}
     assert field.name in examples, f"add an example value for --{field.name} here"
     return str(examples[field.name])
+
+
+# Values that need no other flag (the last --dataset choice would need --data_dir).
+EXAMPLES = {"model": "digits_mlp", "dataset": "synthetic", "tfds_name": "mnist",
+            "train_split": "train[:90%]", "eval_split": "validation", "cache": "memory",
+            "checkpoint_every": "500", "inject_nonfinite": "5@1", "profile_steps": "2,3",
+            "baseline_cache": "", "synthetic_shape": "4,4,3"}
 
 
 NEEDS_RUN_DIR = ("profile_steps", "horovod_timeline")
