@@ -2,6 +2,8 @@
 
 `python -m horovod_train plan ...` is the cluster planner (TF-free).
 Bad input exits with code 2 and one line on stderr, never a traceback.
+--help lists our flags by heading (horovod_train.flags.help_text) without importing
+TensorFlow; --helpfull adds absl's own.
 """
 import os
 import sys
@@ -10,8 +12,16 @@ from absl import app, flags
 
 from horovod_train import flags as ht_flags
 from horovod_train.errors import UsageError
+from launch.argv import normalize_flag_names
 
 FLAGS = flags.FLAGS
+# absl's --help prints only the main module's flags (ours live in horovod_train.flags,
+# so it printed none) and exits 1; these are answered here instead, and exit 0.
+_SHORT_HELP = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
+_FULL_HELP = ("--helpfull", "-helpfull")
+# Modules whose absence means an incomplete install, not a bug: one line with the fix.
+_NEEDED_MODULES = {"tensorflow": "TensorFlow", "keras": "Keras"}
+_INSTALL_FIX = "pip install 'horovod_train[tf]' (or make setup)"
 
 
 def _fail(message: str):
@@ -20,11 +30,50 @@ def _fail(message: str):
 
 
 def _parse(argv):
-    """absl's parser, but a bad flag is a one-line exit 2 like every other bad input."""
+    """absl's parser, but a bad flag is a one-line exit 2 like every other bad input,
+    dashes in a flag's name are underscores, and --help is ours."""
+    argv = _absl_negations(normalize_flag_names(list(argv)))
+    _answer_help(argv)
     try:
         return FLAGS(argv)
     except flags.Error as err:
-        _fail(f"{err}. Fix: see 'python -m horovod_train --helpfull'")
+        _fail(f"{err}. Fix: see 'python -m horovod_train --help'")
+
+
+def _absl_negations(argv: list[str]) -> list[str]:
+    """--no_instrument (what --no-instrument normalizes to) is absl's --noinstrument."""
+    out = []
+    for arg in argv:
+        name = arg[len("--no_"):]
+        if arg.startswith("--no_") and name in FLAGS and \
+                isinstance(FLAGS[name], flags.BooleanFlag):
+            arg = "--no" + name
+        out.append(arg)
+    return out
+
+
+def _answer_help(argv: list[str]) -> None:
+    words = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    if not any(word in _SHORT_HELP + _FULL_HELP for word in words):
+        return
+    text = ht_flags.help_text()
+    if any(word in _FULL_HELP for word in words):
+        text += "\n" + ht_flags.absl_help(FLAGS)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `--help | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(0)
+
+
+def _missing_module(err: BaseException) -> str | None:
+    """The one line for a TensorFlow or Keras that is not installed; None otherwise (a
+    submodule missing from an installed package is a broken install: its traceback)."""
+    if isinstance(err, ModuleNotFoundError) and err.name in _NEEDED_MODULES:
+        return (f"{_NEEDED_MODULES[err.name]} is not installed ({err}). "
+                f"Fix: {_INSTALL_FIX}")
+    return None
 
 
 def main(argv):
@@ -84,6 +133,9 @@ def _end_run(err: BaseException, data_dir: str | None):
     """One line and a distinct exit code per way a run ends early (README, exit codes):
     2 bad input or data, 3 diverged, 4 the ranks' weights differ, 75 a peer was lost,
     143 stopped on SIGTERM, 1 anything else (with its traceback: that is a bug to report)."""
+    missing = _missing_module(err)  # before the imports below, which may need it
+    if missing is not None:
+        _leave(2, f"error: {missing}")
     from horovod_train import divergence, stopping, watchdog
     from horovod_train.trainer import TrainingDiverged
     if isinstance(err, SystemExit):

@@ -8,8 +8,13 @@ section (DataConfig, ...); every other field is a flag. Values are validated by 
 dataclasses, not by absl, so that every bad value gets the same one-line
 received/expected/fix message: fixed-choice fields become enum flags whose --help
 lists the choices but whose parser leaves checking the value to the config.
+
+The same fields make the flag reference, grouped under the headings a user looks for
+(help_text for --help, markdown_reference for docs/flags.md); group_of is the one map
+from a field to its heading.
 """
 import dataclasses
+import textwrap
 import typing
 
 from absl import flags
@@ -105,3 +110,130 @@ def _build(owner, fv):
 def config_from_flags(fv) -> cfg.RunConfig:
     """fv: parsed absl FlagValues. Raises UsageError on bad values."""
     return _build(cfg.RunConfig, fv)
+
+
+# ---- the reference: --help and docs/flags.md ------------------------------------------
+
+# The headings, in --help's order, each with what its flags are for.
+GROUPS = {
+    "model": "what is trained, and how: the model, optimizer, schedule and results",
+    "data": "the input pipeline",
+    "speed": "throughput and memory: precision, accumulation, XLA, threads, Horovod's fusion",
+    "launch": "how the ranks find and talk to each other",
+    "observe": "what the chief records: logs, metrics, profiles, summaries",
+    "faults": "checkpoints, timeouts, stopping, elastic training and fault injection",
+}
+# A flag sits under its section's heading unless _FIELD_GROUPS names it: the sections
+# follow the code, the headings what a user came to change.
+_SECTION_GROUPS = {"RunConfig": "model", "OptimConfig": "model", "TrainConfig": "model",
+                   "DataConfig": "data", "SpeedConfig": "speed", "RuntimeConfig": "launch",
+                   "ObserveConfig": "observe"}
+_FIELD_GROUPS = {
+    "log_every": "observe", "summary_json": "observe",
+    "seed": "model", "deterministic": "model",
+    "intra_op_threads": "speed", "inter_op_threads": "speed",
+    "fusion_threshold_mb": "speed", "cycle_time_ms": "speed",
+    "hierarchical_allreduce": "speed",
+    **dict.fromkeys(("checkpoint_dir", "checkpoint_every", "keep_checkpoints",
+                     "divergence_check_steps", "max_nonfinite_steps", "inject_nonfinite",
+                     "collective_timeout_s", "stop_grace_s", "elastic",
+                     "elastic_commit_every"), "faults"),
+}
+
+
+def group_of(owner, field: dataclasses.Field) -> str:
+    return _FIELD_GROUPS.get(field.name) or _SECTION_GROUPS[owner.__name__]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagDoc:
+    """One flag as the reference shows it."""
+    name: str          # "--[no]scale_lr" for a boolean, else "--batch_size"
+    default: str | None  # as typed on the command line; None: not set
+    choices: tuple     # () unless fixed-choice
+    help: str          # noqa: A003 - the field's help text
+
+
+def _default_text(value) -> str | None:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
+    return "''" if value == "" else str(value)
+
+
+def reference() -> dict[str, list[FlagDoc]]:
+    """heading -> its flags in declaration order, for every heading of GROUPS."""
+    grouped = {group: [] for group in GROUPS}
+    for owner, field in option_fields():
+        boolean = _field_type(field, owner) is bool
+        grouped[group_of(owner, field)].append(FlagDoc(
+            f"--[no]{field.name}" if boolean else f"--{field.name}",
+            None if field.default is None else _default_text(field.default), tuple(field.metadata.get("choices") or ()),
+            field.metadata["help"]))
+    return grouped
+
+
+_USAGE = """\
+USAGE: python -m horovod_train [flags]      (or horovod-train [flags]): train
+       python -m horovod_train plan --help  the cluster planner
+
+Flags take dashes or underscores alike (--batch-size=64 is --batch_size=64); a boolean
+--x is switched off with --nox. --helpfull adds absl's own flags (logging, debugging).
+"""
+
+
+def _or_not_set(default: str | None) -> str:
+    return "not set" if default is None else default
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(text, width=88, initial_indent=indent, subsequent_indent=indent)
+
+
+def help_text() -> str:
+    """--help: every flag of ours under its heading, with its default, choices and help."""
+    lines = [_USAGE]
+    for group, docs in reference().items():
+        lines.append(f"{group}: {GROUPS[group]}")
+        for doc in docs:
+            lines.append(f"  {doc.name} (default: {_or_not_set(doc.default)})")
+            lines += _wrapped(doc.help, "      ")
+            if doc.choices:
+                lines += _wrapped("one of: " + ", ".join(doc.choices), "      ")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def absl_help(flag_values=flags.FLAGS) -> str:
+    """absl's own flags (every module's but ours, then --flagfile and --undefok), as absl
+    renders them: the rest of --helpfull."""
+    ours = {field.name for _, field in option_fields()}
+    by_module = flag_values.flags_by_module_dict()
+    parts = [flag_values.module_help(module) for module in sorted(by_module)
+             if any(flag.name not in ours for flag in by_module[module])]
+    special = flags.FlagValues().get_help()  # an empty FlagValues lists just those two
+    parts.append("\nabsl.flags:\n" + textwrap.indent(special, "  "))
+    return "absl's own flags:\n" + "\n".join(parts) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_reference() -> str:
+    """The flag reference as Markdown (docs/flags.md): per heading, a table of flag,
+    default, choices and help."""
+    out = ["# Flags of `python -m horovod_train`", "",
+           "Generated by `horovod_train.flags.markdown_reference()` from the config fields; "
+           "dashes and underscores in a name are alike.", ""]
+    for group, docs in reference().items():
+        out += [f"## {group}", "", GROUPS[group][0].upper() + GROUPS[group][1:] + ".", "",
+                "| flag | default | choices | help |", "| --- | --- | --- | --- |"]
+        for doc in docs:
+            choices = ", ".join(f"`{choice}`" for choice in doc.choices)
+            default = "not set" if doc.default is None else f"`{_cell(doc.default)}`"
+            out.append(f"| `{doc.name}` | {default} | {choices} | "
+                       f"{_cell(doc.help)} |")
+        out.append("")
+    return "\n".join(out)
