@@ -1,6 +1,9 @@
 """Recommendations and the memory-overflow advice."""
 from horovod_train.plan.cli import build_parser, request_from_args
-from horovod_train.plan.recommend import evaluate, evaluate_all, recommend
+import pytest
+
+from horovod_train.plan.recommend import (cost, does_not_fit, evaluate, evaluate_all, gpu_hours,
+                                          hours, recommend)
 
 
 def _req(*flags):
@@ -46,8 +49,8 @@ def test_fewest_gpus_for_a_target_time():
                "--target_hours", "1")
     rec = recommend(req, evaluate_all(req))
     assert rec.row is not None and "fewest GPUs" in rec.reason
-    hours = req.train_samples / rec.row.prediction.throughput / 3600
-    assert hours <= 1
+    assert rec.reason.startswith("--objective fastest")
+    assert req.train_samples / rec.row.prediction.throughput / 3600 <= 1
     smaller = evaluate(req, rec.row.nodes // 2)
     assert req.train_samples / smaller.prediction.throughput / 3600 > 1
 
@@ -58,3 +61,36 @@ def test_global_batch_too_small_for_the_cluster():
     rows = evaluate_all(req)
     assert rows[0].fits and rows[1].prediction is None
     assert "fewer than one sample" in rows[1].notes[0]
+
+
+def test_cheapest_respects_the_deadline_and_the_floor():
+    flags = ("--model", "resnet50", "--global_batch", "4096", "--gpu", "a100-40gb",
+             "--precision", "mixed_bfloat16", "--interconnect", "ib-hdr", "--nodes", "1,2,4,8",
+             "--epochs", "90", "--objective", "cheapest")
+    free = _req(*flags)
+    rows = evaluate_all(free)
+    cheapest = recommend(free, rows).row
+    fitting = [r for r in rows if r.fits and r.prediction.efficiency >= 0.8]
+    per_sample = {r.nodes: r.world / r.prediction.throughput for r in fitting}
+    assert cheapest.nodes == min(per_sample, key=per_sample.get)
+    # A deadline the cheapest misses moves the pick to the cheapest that meets it.
+    deadline = hours(free, cheapest) * 0.6
+    timely = _req(*flags, "--target_hours", f"{deadline}")
+    rec = recommend(timely, evaluate_all(timely))
+    assert rec.row.nodes > cheapest.nodes and hours(timely, rec.row) <= deadline
+    assert rec.reason.startswith("--objective cheapest") and "within" in rec.reason
+    # No row reaches a floor of 100%: the cheapest that fits, and the reason says so.
+    strict = _req(*flags, "--target_efficiency", "1")
+    rec = recommend(strict, evaluate_all(strict))
+    assert rec.row.nodes == cheapest.nodes and "no configuration reaches 100%" in rec.reason
+
+
+def test_hours_gpu_hours_and_cost_only_for_what_fits():
+    req = _req("--model", "resnet50", "--global_batch", "4096", "--gpu", "a100-40gb",
+               "--precision", "tf32", "--interconnect", "ib-hdr", "--nodes", "1,2",
+               "--epochs", "90", "--price_per_gpu_hour", "3")
+    misfit, fit = evaluate_all(req)
+    assert [hours(req, misfit), gpu_hours(req, misfit), cost(req, misfit)] == [None] * 3
+    assert does_not_fit(misfit) == "57.7 GiB > 40 GiB" and does_not_fit(fit) is None
+    assert cost(req, fit) == pytest.approx(3 * gpu_hours(req, fit))
+    assert gpu_hours(req, fit) == pytest.approx(16 * hours(req, fit))
