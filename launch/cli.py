@@ -135,7 +135,7 @@ def _slurm_flags(parser) -> None:
     _port_base_flag(ranks, None, "worker k of a node listens on this + k (default: from "
                     "SLURM_JOB_ID, so jobs sharing a node differ)")
     nccl = parser.add_argument_group("NCCL (GPU nodes)")
-    _add(nccl, "--nccl_debug", default="WARN")
+    _add(nccl, "--nccl_debug", choices=sbatch.NCCL_DEBUG_LEVELS, default="WARN")
     _add(nccl, "--nccl_ib_hca", help="e.g. mlx5_0,mlx5_1")
     _add(nccl, "--nccl_socket_ifname", help="e.g. ib0")
     _add(parser.add_argument_group("environment"), "--env", action="append", default=[],

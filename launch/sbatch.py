@@ -17,6 +17,7 @@ from launch.hostfile import MAX_HOSTS, MAX_SLOTS
 from launch.tfconfig import check_port_range
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "slurm"
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's own values of NCCL_DEBUG
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_.:,/@%+=][A-Za-z0-9_.:,/@%+=-]{0,199}$")
 _TIME = re.compile(r"^([0-9]{1,3}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}$")
 _NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.:,^=-]{1,200}$")
@@ -94,6 +95,7 @@ def _sbatch_lines(job: SlurmJob) -> list[str]:
 
 
 def _nccl_lines(job: SlurmJob) -> list[str]:
+    plan.check_choice(job.nccl_debug, NCCL_DEBUG_LEVELS, "--nccl_debug")
     if not job.gpus_per_node:
         return ["# CPU-only job: no NCCL settings needed."]
     settings = (

@@ -124,3 +124,16 @@ def test_help_shows_one_spelling_in_headed_groups():
     for heading in ("hosts and ranks:", "horovod:", "mwms:", "environment and threads:",
                     "mpirun and srun:", "output:"):
         assert heading in text, heading
+
+
+def test_nccl_debug_is_a_choice_flag_checked_in_one_place():
+    from launch import sbatch
+    help_text = _subparser("slurm").format_help()
+    assert "{VERSION,WARN,INFO,TRACE}" in help_text
+    assert "invalid choice: 'LOUD'" in error_of("slurm", "--nodes", "1", "--gpus_per_node", "1",
+                                               "--nccl_debug", "LOUD", "--", *CMD)
+    job = sbatch.SlurmJob(backend="horovod", command=tuple(CMD), nodes=1, gpus_per_node=1,
+                          nccl_debug="LOUD")
+    with pytest.raises(LaunchError, match=r"^--nccl_debug: received 'LOUD'; expected one of "
+                                          r"VERSION, WARN, INFO, TRACE"):
+        sbatch.render_sbatch(job)

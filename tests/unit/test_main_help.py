@@ -50,7 +50,7 @@ def field_names():
     return [field.name for _, field in ht_flags.option_fields()]
 
 
-@pytest.mark.parametrize("word", ["--help", "--helpshort", "-h", "--help", "-?"])
+@pytest.mark.parametrize("word", ["--help", "--helpshort", "-h", "-help", "-?"])
 def test_help_lists_our_flags_by_heading_and_exits_0_without_tensorflow(word):
     started = time.monotonic()
     result = trainer(word)
