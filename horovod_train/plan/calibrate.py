@@ -33,7 +33,8 @@ import json
 import math
 import os
 
-from horovod_train.plan.cost import Assumptions, Calibration, Job, compute, predict
+from horovod_train.plan.cost import (Assumptions, Calibration, Job, compute, gradient_bytes,
+                                     predict)
 from horovod_train.plan.errors import PlanError, plan_error
 from horovod_train.plan.models import canonical_name
 from horovod_train.plan.recommend import PlanRequest, fabric_for, job_for
@@ -165,7 +166,7 @@ def _bandwidth(data, req, world, shares, per_sample, micro, accum, notes):
         return None, None
     step = _number(data, "step_time_s", "summary") or per_sample * micro * accum
     comm_s = shares["comm"] * step
-    grad_bytes = req.model.params * (2 if req.compression == "fp16" else 4)
+    grad_bytes = gradient_bytes(req.model, req.compression)
     busbw = 2 * (world - 1) / world * grad_bytes / comm_s
     gpn = _number(data, "gpus_per_node", "summary") or req.gpus_per_node
     nodes = _number(data, "nodes", "summary") or math.ceil(world / gpn)

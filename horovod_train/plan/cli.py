@@ -13,7 +13,7 @@ import sys
 from horovod_train.plan import hardware
 from horovod_train.plan.calibrate import calibrate
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
-                                     Assumptions, Calibration)
+                                     WIRE_BYTES, Assumptions, Calibration)
 from horovod_train.plan.errors import PlanError, plan_error
 from horovod_train.plan.models import get_model
 from horovod_train.plan.recommend import OBJECTIVES, PlanRequest, evaluate_all, recommend
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, lamb (default: the model's)")
     p.add_argument("--gradient_checkpointing", action="store_true")
     p.add_argument("--grad_accum_steps", type=int, default=1)
-    p.add_argument("--compression", default="none", help="none or fp16 (allreduce in fp16)")
+    p.add_argument("--compression", default="none",
+                   help="gradients on the wire, as the trainer's: " + ", ".join(WIRE_BYTES))
     p.add_argument("--overlap", action="store_true",
                    help="allreduce overlaps backprop (Horovod DistributedOptimizer); default: "
                         "one grouped allreduce after backprop, as horovod_train does")
@@ -133,8 +134,9 @@ def request_from_args(args) -> PlanRequest:
     if not 0 < args.target_efficiency <= 1:
         raise plan_error("--target_efficiency", args.target_efficiency, "a fraction in (0, 1]",
                          "pass 0.8 for 80%")
-    if args.compression not in ("none", "fp16"):
-        raise plan_error("--compression", args.compression, "none or fp16", "pass --compression fp16")
+    if args.compression not in WIRE_BYTES:
+        raise plan_error("--compression", args.compression, ", ".join(WIRE_BYTES),
+                         "pass --compression fp16")
     model = get_model(args.model, args.seq_len)
     gpu = hardware.get_gpu(args.gpu)
     hardware.check_precision(args.precision)

@@ -61,7 +61,7 @@ class Job:
     accum_steps: int = 1        # micro-batches per optimizer step (one allreduce)
     optimizer: str = "momentum"
     checkpointing: bool = False
-    compression: str = "none"   # "fp16": Horovod's Compression.fp16 on the allreduce
+    compression: str = "none"   # a key of WIRE_BYTES: fp16/bf16 halve the allreduce
     overlap: bool = False       # allreduce overlaps the backward pass
     fusion_bytes: float = HOROVOD_FUSION_MB * 2 ** 20
     cycle_s: float = HOROVOD_CYCLE_MS * 1e-3
@@ -80,6 +80,13 @@ class Calibration:
 
 
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
+
+# Bytes per gradient element on the wire, for the trainer's --compression choices.
+WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}
+
+
+def gradient_bytes(model: ModelSpec, compression: str) -> float:
+    return model.params * WIRE_BYTES[compression]
 
 
 def checkpoint_factor(model: ModelSpec, enabled: bool) -> float:
@@ -226,7 +233,7 @@ def predict(job: Job, gpu: Gpu, fabric: Fabric, a: Assumptions = Assumptions(),
     k = job.accum_steps
     compute_s = k * c.micro_s
     data_s = calib.data_s_per_sample * job.micro_batch * k
-    grad_bytes = job.model.params * (2 if job.compression == "fp16" else 4)
+    grad_bytes = gradient_bytes(job.model, job.compression)
     window = c.backward_s if job.overlap else 0.0
     comm = exposed_comm(grad_bytes, fabric, job.fusion_bytes, job.cycle_s, window)
     straggle = compute_s * straggler_fraction(world, k, a, calib)

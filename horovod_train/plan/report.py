@@ -96,7 +96,7 @@ def _header(req: PlanRequest, a: Assumptions, calib: Calibration) -> list[str]:
                  f"({fab.intra_bw() / 1e9:.0f} GB/s busbw); {net}")
     lines.append(f"allreduce: {'overlapped with backprop' if req.overlap else 'after backprop'}"
                  f", fusion {req.fusion_bytes / 2 ** 20:g} MiB, cycle {req.cycle_s * 1e3:g} ms, "
-                 f"gradients {'fp16' if req.compression == 'fp16' else 'fp32'}; optimizer "
+                 f"gradients {'fp32' if req.compression == 'none' else req.compression}; optimizer "
                  f"{req.optimizer}{'; gradient checkpointing' if req.checkpointing else ''}")
     lines.append(f"assumed: {a.matmul_efficiency:.0%} of dense peak for matmuls, "
                  f"{a.memory_efficiency:.0%} of HBM bandwidth x {a.traffic_passes:g} passes over "

@@ -212,3 +212,18 @@ def test_recommendation_counts_are_singular_or_plural(capsys):
     out = capsys.readouterr().out
     assert "Recommendation: 1 node = 1 GPU, batch/GPU 32 x 1 accumulation step," in out
     assert "GPU(s)" not in out and "node(s)" not in out
+
+
+def test_compression_takes_the_trainers_choices(capsys):
+    base = ["--model", "resnet50", "--batch_per_gpu", "64", "--gpu", "a100-40gb",
+            "--interconnect", "tcp-10g", "--nodes", "2"]
+    comm = {c: _json(capsys, base + ["--compression", c])["rows"][0]["comm_busy_s"]
+            for c in ("none", "fp16", "bf16")}
+    assert comm["fp16"] == comm["bf16"] == pytest.approx(comm["none"] / 2, rel=0.1)
+    assert main(base + ["--compression", "bf16"]) == 0
+    assert "gradients bf16" in capsys.readouterr().out
+    assert main(base + ["--compression", "int8"]) == 2
+    assert "none, fp16, bf16" in capsys.readouterr().err
+    from horovod_train.plan.cost import WIRE_BYTES
+    from launch import contract
+    assert tuple(WIRE_BYTES) == contract.COMPRESSIONS        # the trainer's list, all of it
