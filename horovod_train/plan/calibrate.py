@@ -33,6 +33,7 @@ import json
 import math
 import os
 
+from horovod_train.plan import hardware
 from horovod_train.plan.cost import (Assumptions, Calibration, Job, compute, gradient_bytes,
                                      predict)
 from horovod_train.plan.errors import PlanError, plan_error
@@ -152,11 +153,20 @@ def _check_model(data: dict, req: PlanRequest, path: str) -> None:
                     f"{req.model.name}, or plan --model {run}")
 
 
+def _same_precision(run: str, req: PlanRequest) -> bool:
+    # Spellings of one math are one precision: the trainer's fp32 on an A100 is tf32.
+    if run not in hardware.PRECISIONS:
+        return run == req.precision
+    return hardware.matmul_math(req.gpu, run) == hardware.matmul_math(req.gpu, req.precision)
+
+
 def _mismatches(data: dict, req: PlanRequest) -> list[str]:
     plan = {"precision": req.precision, "gpu": req.gpu.name}
+    same = {"precision": lambda run: _same_precision(run, req),
+            "gpu": lambda run: run == req.gpu.name}
     return [f"the run's {key} is {data[key]!r} but the plan's is {want!r}: calibration assumes "
             "they match" for key, want in plan.items()
-            if isinstance(data.get(key), str) and data[key] != want]
+            if isinstance(data.get(key), str) and not same[key](data[key])]
 
 
 def _bandwidth(data, req, world, shares, per_sample, micro, accum, notes):

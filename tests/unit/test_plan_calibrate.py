@@ -101,3 +101,12 @@ def test_accepts_the_file_itself(tmp_path):
     path = tmp_path / "other.json"
     path.write_text(json.dumps({"samples_per_sec": 100.0}))
     assert calibrate(str(path), _req()).source == str(path)
+
+
+def test_an_fp32_run_calibrates_a_tf32_plan_without_a_mismatch_note(tmp_path):
+    # On an A100 the trainer's fp32 is TF32 math: the same precision as the plan's tf32.
+    run = _write(tmp_path, {"samples_per_sec": 100.0, "precision": "fp32"})
+    tf32 = calibrate(run, _req("--precision", "tf32"))
+    assert not any("precision" in n for n in tf32.notes)
+    strict = calibrate(run, _req("--precision", "fp32_strict"))
+    assert any("the run's precision is 'fp32'" in n for n in strict.notes)
