@@ -131,8 +131,9 @@ def _leave(code: int, message: str | None = None, traceback_of: BaseException | 
 
 def _end_run(err: BaseException, data_dir: str | None):
     """One line and a distinct exit code per way a run ends early (README, exit codes):
-    2 bad input or data, 3 diverged, 4 the ranks' weights differ, 75 a peer was lost,
-    143 stopped on SIGTERM, 1 anything else (with its traceback: that is a bug to report)."""
+    2 bad input or data (or no TensorFlow), 3 diverged, 4 the ranks' weights differ, 75 a
+    peer was lost, 143 stopped on SIGTERM, 1 anything else (with its traceback: that is a
+    bug to report)."""
     missing = _missing_module(err)  # before the imports below, which may need it
     if missing is not None:
         _leave(2, f"error: {missing}")

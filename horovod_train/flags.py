@@ -148,13 +148,13 @@ def group_of(owner, field: dataclasses.Field) -> str:
 @dataclasses.dataclass(frozen=True)
 class FlagDoc:
     """One flag as the reference shows it."""
-    name: str          # "--[no]scale_lr" for a boolean, else "--batch_size"
+    name: str            # "--[no]scale_lr" for a boolean, else "--batch_size"
     default: str | None  # as typed on the command line; None: not set
-    choices: tuple     # () unless fixed-choice
-    help: str          # noqa: A003 - the field's help text
+    choices: tuple       # () unless fixed-choice
+    help: str            # noqa: A003 - the field's help text
 
 
-def _default_text(value) -> str | None:
+def _default_text(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):
