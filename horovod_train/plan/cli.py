@@ -15,7 +15,7 @@ from horovod_train.plan.calibrate import calibrate
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
                                      WIRE_BYTES, Assumptions, Calibration)
 from horovod_train.plan.errors import PlanError, plan_error
-from horovod_train.plan.models import get_model
+from horovod_train.plan.models import TRAINER_MODELS, get_model
 from horovod_train.plan.recommend import OBJECTIVES, PlanRequest, evaluate_all, recommend
 from horovod_train.plan import plot, report
 from launch.argv import normalize_flag_names
@@ -29,12 +29,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     # No abbreviations: the trainer's absl flags take none, so neither does the planner.
     p = _Parser(prog="python -m horovod_train plan", allow_abbrev=False,
-                description="Predict memory, step time and scaling efficiency of data-parallel "
-                            "training before renting the cluster.")
-    p.add_argument("--model", required=True, help="a trainer model (resnet18/34/50/101/152, "
-                   "resnet18/34/50_cifar, digits_cnn, digits_mlp, decoder_lm, decoder_lm_small, "
-                   "decoder_lm_124m), bert-base, bert-large, gpt2-small/medium/large/xl, or "
-                   "gpt:layers=L,hidden=H,heads=A[,seq=S,vocab=V]")
+                description="Predict memory, step time, scaling efficiency, hours, GPU-hours "
+                            "and cost of data-parallel training before renting the cluster.")
+    p.add_argument("--model", required=True, help="a trainer model (" + ", ".join(
+                   sorted(TRAINER_MODELS)) + "), bert-base, bert-large, "
+                   "gpt2-small/medium/large/xl, or gpt:layers=L,hidden=H,heads=A[,seq=S,vocab=V]")
     p.add_argument("--seq_len", type=int, help="sequence length (transformers)")
     batch = p.add_mutually_exclusive_group(required=True)
     batch.add_argument("--global_batch", type=int, help="samples per optimizer step, all GPUs")
