@@ -12,7 +12,8 @@ import keras
 from absl import logging
 
 import models
-from horovod_train import backends, checkpoint, env, metrics, observe, precision, runtime, schedules
+from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
+from horovod_train import schedules
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.data import sharding
@@ -182,10 +183,10 @@ def _setup(config, launch):
                               config.runtime.deterministic)
     logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
                  "jit_compile %s | %s", backend.describe(), info.size, info.local_size, intra,
-                 inter, jit, config.to_dict())
+                 inter, jit, console.changed_options(config))
     if backend.chosen_env:
         logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
-                     backend.chosen_env)
+                     " ".join(f"{k}={v}" for k, v in sorted(backend.chosen_env.items())))
     if config.observe.horovod_timeline and not backend.timeline_path:
         logging.warning("timeline | --horovod_timeline is Horovod's own; backend %s writes none",
                         backend.name)
@@ -203,15 +204,18 @@ def _finish(config, backend, trainer, summary, observer) -> dict:
     if info.is_chief and config.export_weights:
         metrics.write_npz_atomic(config.export_weights, trainer.model.weights)
     if not trainer.already_complete:
-        logging.info("done  | steps %d | loss %s | test accuracy %.4f | %.0f samples/s | %.1f s",
-                     summary["steps"], summary["final_loss"], summary["test_accuracy"],
-                     summary["samples_per_sec"], summary["wall_seconds"])
+        # samples/s: the summary's own figure, so the two never disagree.
+        logging.info("done  | steps %d | loss %s | test accuracy %.4f | %s samples/s | %.1f s",
+                     summary["steps"], console.number(summary["final_loss"]),
+                     summary["test_accuracy"], console.per_second(summary["samples_per_sec"]),
+                     summary["wall_seconds"])
     return summary
 
 
 def run(config) -> dict:
     """Trains per `config` on this process's rank; returns the run summary."""
     wall_start = time.perf_counter()
+    console.use_plain_lines()
     backend, jit = _setup(config, env.launch_info())
     info = backend.info
     data = data_lib.load(config.data)
