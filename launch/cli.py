@@ -280,7 +280,8 @@ def _hosts_text(args, environ) -> str:
         return format_horovodrun_hosts(hosts) + "\n"
     if args.format == "mpich":
         return format_mpich_hostfile(hosts)
-    return (f"# {_count(len(hosts), 'host')}, {_count(total_slots(hosts), 'slot')}\n"
+    count = spec.count
+    return (f"# {count(len(hosts), 'host')}, {count(total_slots(hosts), 'slot')}\n"
             + format_openmpi_hostfile(hosts))
 
 
@@ -327,19 +328,12 @@ def format_plan(plan: spec.LaunchPlan, as_json: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _count(number: int, noun: str) -> str:
-    """`1 rank`, `16 ranks`, `2 processes`."""
-    if number == 1:
-        return f"{number} {noun}"
-    return f"{number} {noun}" + ("es" if noun.endswith("s") else "s")
-
-
 def _starts(plan: spec.LaunchPlan) -> str:
     """What the processes start: one launcher process starts every rank (horovodrun,
     mpirun, srun); the local mwms launcher starts each rank itself."""
-    processes = len(plan.processes)
+    processes, count = len(plan.processes), spec.count
     if processes > 1 or plan.ranks == 1 and plan.launcher == "local":
-        return f"{_count(processes, 'process')}, one rank" + (" each" if processes > 1 else "")
+        return f"{count(processes, 'process')}, one rank" + (" each" if processes > 1 else "")
     ranks = ("one rank per task of the Slurm allocation" if plan.ranks is None
-             else _count(plan.ranks, "rank"))
-    return f"{_count(processes, 'launcher process')} starting {ranks}"
+             else count(plan.ranks, "rank"))
+    return f"{count(processes, 'launcher process')} starting {ranks}"

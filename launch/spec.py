@@ -73,6 +73,13 @@ class LaunchSpec:
     ephemeral_ports: tuple[int, int] | None = None  # this machine's ip_local_port_range
 
 
+def count(number: int, noun: str) -> str:
+    """`1 rank`, `16 ranks`, `2 processes`: the dry run's counts, singular for one."""
+    if number == 1:
+        return f"{number} {noun}"
+    return f"{number} {noun}" + ("es" if noun.endswith("s") else "s")
+
+
 def resolve_launcher(spec: LaunchSpec) -> str:
     if spec.launcher is not None:
         return plan.check_choice(spec.launcher, LAUNCHERS, "--launcher")
@@ -252,8 +259,8 @@ def build_plan(spec: LaunchSpec, environ) -> LaunchPlan:
     notes = []
     if spec.backend == "mwms" and launcher == "local":
         processes = _local_processes(spec, hosts, np, env)
-        notes.append(f"{len(processes)} MWMS workers on this machine, TF_CONFIG per process, "
-                     f"ports {spec.port_base}..{spec.port_base + len(processes) - 1}")
+        notes.append(f"{count(len(processes), 'MWMS worker')} on this machine, TF_CONFIG per "
+                     f"process, ports {spec.port_base}..{spec.port_base + len(processes) - 1}")
     else:
         argv = _launcher_argv(spec, launcher, hosts, np, env, environ)
         processes = [Process(tuple(argv), tuple(sorted(env.items())))]

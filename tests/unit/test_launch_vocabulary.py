@@ -137,3 +137,13 @@ def test_nccl_debug_is_a_choice_flag_checked_in_one_place():
     with pytest.raises(LaunchError, match=r"^--nccl_debug: received 'LOUD'; expected one of "
                                           r"VERSION, WARN, INFO, TRACE"):
         sbatch.render_sbatch(job)
+
+
+def test_counts_in_notes_and_host_summaries_are_singular_for_one():
+    one = plan_text("print", "--backend", "mwms", "-np", "1", "--", *CMD)
+    assert "# note: 1 MWMS worker on this machine, TF_CONFIG per process, ports 12345..12345" \
+        in one
+    two = plan_text("print", "--backend", "mwms", "-np", "2", "--", *CMD)
+    assert "# note: 2 MWMS workers on this machine" in two
+    assert cli.parse(["hosts", "-H", "a"], {}).text.startswith("# 1 host, 1 slot\n")
+    assert cli.parse(["hosts", "-H", "a:2,b:2"], {}).text.startswith("# 2 hosts, 4 slots\n")
