@@ -29,6 +29,9 @@ class IntervalMeter:
     excluded_s: float = 0.0
     sync_s: float = 0.0  # waiting for the other ranks at the interval's metrics gather
     guard_s: float = 0.0  # comparing the ranks' weights (divergence.py), when it ran
+    # A step of this interval traced or compiled a function: its rate is set-up cost,
+    # not throughput (no efficiency, and Throughput leaves it out).
+    traced: bool = False
 
     def add(self, samples: int, data_s: float, step_s: float, loss: float):
         self.steps += 1
@@ -66,6 +69,48 @@ class IntervalMeter:
         return out
 
 
+@dataclasses.dataclass
+class Throughput:
+    """THE samples/s of a run: summary.json's samples_per_sec (so the done line), the
+    report's, and the stored 1-rank baseline.
+
+    Definition: the samples trained in the logging intervals that did not trace or
+    compile anything, over those intervals' wall time (each interval from its first
+    step to its log call: data waits, steps, time between steps and the divergence
+    guard included; evaluation and one-time graph inspection excluded). Tracing is a
+    one-off a user does not pay again per epoch, so it is left out; a run whose every
+    interval traced (a very short one) counts them all rather than report nothing.
+    One rank's figure; a run's is the sum over its ranks."""
+    steady_samples: float = 0.0
+    steady_seconds: float = 0.0
+    traced_samples: float = 0.0
+    traced_seconds: float = 0.0
+
+    def add(self, samples: float, seconds: float, traced: bool):
+        if traced:
+            self.traced_samples += samples
+            self.traced_seconds += seconds
+        else:
+            self.steady_samples += samples
+            self.steady_seconds += seconds
+
+    @property
+    def steady(self) -> bool:
+        """Whether the figure is free of tracing (some interval did not trace)."""
+        return self.steady_seconds > 0
+
+    @property
+    def samples(self) -> float:
+        return self.steady_samples if self.steady else self.traced_samples
+
+    @property
+    def seconds(self) -> float:
+        return self.steady_seconds if self.steady else self.traced_seconds
+
+    def rate(self) -> float | None:
+        return self.samples / self.seconds if self.seconds > 0 else None
+
+
 def shares(per_step: dict) -> dict:
     total = sum(per_step.values())
     return {k: v / total for k, v in per_step.items()} if total > 0 else {}
@@ -73,11 +118,14 @@ def shares(per_step: dict) -> dict:
 
 def format_line(step: int, max_steps: int, loss: float, samples_per_sec: float,
                 breakdown: dict, per_rank: float | None = None,
-                efficiency: float | None = None, eta: str | None = None) -> str:
+                efficiency: float | None = None, eta: str | None = None,
+                traced: bool = False) -> str:
     shares_text = " ".join(f"{k} {100 * v:.0f}%" for k, v in breakdown.items())
     extra = [f"{per_rank:.0f}/rank"] if per_rank is not None else []
     if efficiency is not None:
         extra.append(f"efficiency {100 * efficiency:.0f}%")
+    if traced:  # why this interval's rate is low and has no efficiency
+        extra.append("includes tracing")
     rate = f"{samples_per_sec:.0f} samples/s" + (f" ({', '.join(extra)})" if extra else "")
     line = f"train | step {step}/{max_steps} | loss {loss:.4f} | {rate} | {shares_text}"
     return line + (f" | eta {eta}" if eta else "")

@@ -11,10 +11,10 @@ import json
 import os
 import sys
 
+from horovod_train import metrics
 from horovod_train.errors import UsageError, usage_error
 from horovod_train.observe import baseline
-
-PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "other")
+from horovod_train.observe.observer import BREAKDOWN_PARTS
 
 
 @dataclasses.dataclass
@@ -57,9 +57,14 @@ def load_run(path: str) -> Run:
                [r for r in records if r.get("kind") == "eval"], summary)
 
 
+def traced(record: dict, index: int) -> bool:
+    """Whether an interval traced; records written before the flag existed: the first."""
+    return record.get("traced", index == 0)
+
+
 def steady(train: list) -> list:
-    """Intervals after the first: the first holds tracing and warm-up."""
-    return train[1:] if len(train) > 1 else train
+    """The intervals that traced nothing (all of them when every one traced)."""
+    return [r for i, r in enumerate(train) if not traced(r, i)] or train
 
 
 def mean_breakdown(train: list) -> dict:
@@ -70,20 +75,23 @@ def mean_breakdown(train: list) -> dict:
         steps += n
         for part, seconds in record["seconds_per_step"].items():
             totals[part] = totals.get(part, 0.0) + seconds * n
-    return {p: totals[p] / steps for p in PARTS if p in totals} if steps else {}
+    return {p: totals[p] / steps for p in BREAKDOWN_PARTS if p in totals} if steps else {}
 
 
 def throughput(run: Run) -> float | None:
-    """Samples/s over the intervals after the first (step-weighted harmonic mean, i.e.
-    total samples over total time). Not the summary's figure: that one counts the
-    first sampled step, which traces three functions, as training time."""
-    steps = inverse = 0.0
-    for r in steady(run.train):
-        if r["samples_per_sec"] > 0:
-            steps += r.get("steps", 1)
-            inverse += r.get("steps", 1) / r["samples_per_sec"]
-    if steps:
-        return steps / inverse
+    """The summary's samples/s (metrics.Throughput, per rank, summed over ranks), rebuilt
+    from the intervals' per-rank rates. Each interval counts as `steps` samples over
+    steps / rate seconds: a rank's batch is the same in every interval, so it cancels."""
+    tallies = []
+    for i, r in enumerate(run.train):
+        rates = r["samples_per_sec_per_rank"]
+        tallies += [metrics.Throughput() for _ in range(len(rates) - len(tallies))]
+        for tally, rate in zip(tallies, rates):
+            if rate > 0:
+                tally.add(r.get("steps", 1), r.get("steps", 1) / rate, traced(r, i))
+    rates = [t.rate() for t in tallies]
+    if rates and None not in rates:
+        return sum(rates)
     return (run.summary or {}).get("samples_per_sec")
 
 

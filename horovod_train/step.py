@@ -56,6 +56,12 @@ class TrainStep:
         self._comm_fn = tf.function(self._reduce)
         self.fused = tf.function(self._fused)
 
+    def tracing_count(self) -> int:
+        """Traces of the step's functions so far (nested calls share a function's cache,
+        so each trace counts once): a step that raised it was compiling, not training."""
+        return sum(f.experimental_get_tracing_count() for f in
+                   (self.fused, self._grads_fn, self._apply_fn, self._comm_fn))
+
     @staticmethod
     def loss_fn(y, logits):
         # The per-example function and our own mean, not a keras.losses.Loss object:

@@ -124,11 +124,10 @@ class Trainer:
         self.loss_history = []  # (step, loss averaged over ranks) per interval
         self.accuracy_history = []
         self.eval_loss_history = []
-        self.train_seconds = 0.0  # excluding the first (tracing) step
-        self.train_samples = 0
+        self.throughput = metrics.Throughput()  # this rank's, over the logged intervals
         self.meter = metrics.IntervalMeter()
         self.last_parts = None  # shares of the latest sampled step, reused until the next
-        self.timed_calls = 0
+        self._step_paths = set()  # how steps have been run (_run): a first call compiles
         # Bounds every wait on peers once training runs (see watchdog.py); started by run().
         self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
                                               backend.info.rank)
@@ -137,6 +136,10 @@ class Trainer:
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
+
+    # What the summary divides (loop.py): metrics.Throughput's one figure.
+    train_samples = property(lambda self: self.throughput.samples)
+    train_seconds = property(lambda self: self.throughput.seconds)
 
     # -- the loop -------------------------------------------------------------------
 
@@ -240,43 +243,53 @@ class Trainer:
         return x, y, time.perf_counter() - start
 
     def _run(self, batch_iter, controls):
-        """One step on the next batch: (loss, finite, stop, seconds waited for it, split)."""
+        """One step on the next batch: (loss, finite, stop, seconds waited for it, split,
+        which of the three ways it ran)."""
         if self.instrument and self.backend.supports_split_step and \
                 sample_split(self.global_step + 1, self.config.train.log_every):
             x, y, waited = self._fetch(batch_iter)
             loss, finite, stop, parts = self.step.timed(x, y, *controls)
-            return loss, finite, stop, waited, parts
+            return loss, finite, stop, waited, parts, "split"
         if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
             x, y, waited = self._fetch(batch_iter)
-            return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None)
+            return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None,
+                    "fetched")
         # The batch is fetched inside the compiled step (feed.py).
         outputs, waited = self.backend.run_step_fed(self.step.fused, batch_iter, *controls)
-        return (*outputs, waited, None)
+        return (*outputs, waited, None, "fed")
+
+    def _traced(self, path: str, traces_before: int) -> bool:
+        """Whether the step just run traced or compiled: the first step run this way (the
+        backend's fed wrapper is a function of its own), or any retrace of the step's
+        functions (TrainStep.tracing_count)."""
+        new_path = path not in self._step_paths
+        self._step_paths.add(path)
+        return new_path or self.step.tracing_count() > traces_before
+
+    @property
+    def communicates(self) -> bool:
+        """Whether a step moves anything between ranks, from what was measured: more than
+        one rank, and collectives in the step's graph. When not, the split's 'comm' is
+        the cost of calling an identity and no part of the breakdown."""
+        return self.backend.info.size > 1 and bool(self.graph_facts["collective_ops_per_step"])
 
     def _one_step(self, batch_iter):
         self.observer.before_step(self.global_step + 1)
         controls = (self.step.poison(self.global_step + 1, self.backend.info.rank),
                     self.step.stop_vote(self.sigterm.requested))
+        traces = self.step.tracing_count()
         t0 = time.perf_counter()
-        loss, finite, stop, waited, parts = self._run(batch_iter, controls)
+        loss, finite, stop, waited, parts, path = self._run(batch_iter, controls)
         loss, finite, waited = float(loss), float(finite), float(waited)
         self.stop_agreed = bool(stop)
         t2 = time.perf_counter()
-        tracing_split = False
-        if parts is not None:
-            # The first timed call traces three functions: its split says nothing.
-            if self.timed_calls > 0:
-                self.last_parts = parts
-            tracing_split = self.timed_calls == 0
-            self.timed_calls += 1
-        batch = step_batch(self.config)
-        self.meter.add(batch, waited, t2 - t0 - waited, loss)
-        # Steps that trace (the first fused one, the first split one) are set-up, not
-        # throughput: the summary's samples/s leaves them out.
-        if self.graph_facts["collective_ops_per_step"] is not None and not tracing_split:
-            self.train_seconds += t2 - t0
-            self.train_samples += batch
-        else:  # this process's first step (traced): timed out, collectives counted
+        traced = self._traced(path, traces)
+        self.meter.traced |= traced  # the interval's rate is set-up, not throughput
+        if parts is not None and not traced:  # a split that traced says nothing
+            self.last_parts = parts
+        self.meter.add(step_batch(self.config), waited, t2 - t0 - waited, loss)
+        if self.graph_facts["collective_ops_per_step"] is None:
+            # This process's first step: collectives counted (timed out, below).
             self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
             # Inspecting the graph is set-up, not training: off the interval's clock.
             self.meter.excluded_s += time.perf_counter() - t2
@@ -354,13 +367,17 @@ class Trainer:
         now = time.perf_counter()
         m.sync_s = now - before
         self.meter = metrics.IntervalMeter(started=now)
+        # The same clock as the rate gathered above: the summary's figure is these.
+        self.throughput.add(m.samples, m.wall(before), m.traced)
         loss = float(rows[:, 0].mean())
         self.loss_history.append((self.global_step, loss))
         gpu_util, gpu_mem = combine(rows[:, 2:5].tolist())
         split = self.last_parts if self.instrument else None
+        if split and not self.communicates:
+            split = {k: v for k, v in split.items() if k != "comm"}
         self.observer.interval({
             "step": self.global_step, "total_steps": self.total, "steps": m.steps,
-            "loss": loss, "samples_per_sec": float(rows[:, 1].sum()),
+            "loss": loss, "samples_per_sec": float(rows[:, 1].sum()), "traced": m.traced,
             "samples_per_sec_per_rank": [float(r) for r in rows[:, 1]],
             # This rank's (the chief's) clocks; the split from the latest sampled step.
             "seconds_per_step": m.seconds_per_step(split, now), "sampled_split_s": split,

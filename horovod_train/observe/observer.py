@@ -69,8 +69,7 @@ class ChiefObserver(NullObserver):
         self.baseline, source = baseline.resolve(obs, self.key)
         self.progress = progress.Progress(obs.progress, total_steps)
         self.started = time.perf_counter()
-        self._steady = []  # (steps, samples/s) of the intervals after the first
-        self._seen_interval = False
+        self._steady_seen = False  # an interval that traced nothing was logged
         self._jsonl = self._tb = self._profile = self._writer = None
         self._log_baseline(source)
         if self.run_dir and obs.instrument:
@@ -125,24 +124,28 @@ class ChiefObserver(NullObserver):
         if self._profile:
             self._profile.after_step(step)
 
+    def _efficiency(self, record: dict):
+        """None for one rank (against a stored one-rank figure it says nothing about
+        scaling) and for an interval that traced (its rate is compile time)."""
+        if self.world_size == 1 or record["traced"]:
+            return None
+        return baseline.efficiency(record["samples_per_sec"], self.world_size, self.baseline)
+
     def interval(self, record: dict):
-        # One rank against a stored one-rank figure says nothing about scaling.
-        eff = baseline.efficiency(record["samples_per_sec"], self.world_size, self.baseline) \
-            if self.world_size > 1 else None
         step_s = sum(record["seconds_per_step"].values())
         remaining = record["total_steps"] - record["step"]
-        record = dict(record, kind="train", efficiency=eff, step_s=step_s,
+        record = dict(record, traced=bool(record.get("traced")))  # absent: nothing traced
+        record.update(kind="train", efficiency=self._efficiency(record), step_s=step_s,
                       eta_s=remaining * step_s, time_s=time.perf_counter() - self.started)
-        if self._seen_interval:  # the first interval holds tracing
-            self._steady.append((record["steps"], record["samples_per_sec"]))
-        self._seen_interval = True
+        self._steady_seen |= not record["traced"]
         per_rank = record["samples_per_sec_per_rank"]
         from horovod_train import metrics
         line = metrics.format_line(
             record["step"], record["total_steps"], record["loss"], record["samples_per_sec"],
             metrics.shares(record["seconds_per_step"]),
             per_rank=sum(per_rank) / len(per_rank) if self.world_size > 1 else None,
-            efficiency=eff, eta=progress.format_eta(record["eta_s"]))
+            efficiency=record["efficiency"], eta=progress.format_eta(record["eta_s"]),
+            traced=record["traced"])
         self.progress.line(line, record["step"], record["samples_per_sec"], step_s)
         if self._jsonl:
             self._writer.submit(self._write, record, _train_scalars(record))
@@ -173,11 +176,10 @@ class ChiefObserver(NullObserver):
             self._store_baseline(summary)
 
     def _store_baseline(self, summary: dict):
-        """The steady-state figure (intervals after the first, as the report computes
-        it), not the summary's, which counts the split step's one-off tracing."""
-        steps = sum(n for n, _ in self._steady)
-        rate = steps / sum(n / r for n, r in self._steady) if steps else summary["samples_per_sec"]
-        if self.world_size == 1 and self.cache and rate > 0:
+        """The summary's figure (metrics.Throughput), when it is free of tracing: a run
+        whose every interval traced would store its compile time as the baseline."""
+        rate = summary["samples_per_sec"]
+        if self.world_size == 1 and self.cache and self._steady_seen and rate and rate > 0:
             try:
                 baseline.store(self.cache, self.key, rate, self.run_dir)
             except UsageError as err:  # a cache: losing it costs a figure, not the run
