@@ -175,7 +175,7 @@ def reference() -> dict[str, list[FlagDoc]]:
 
 
 _USAGE = """\
-USAGE: python -m horovod_train [flags]      (or horovod-train [flags]): train
+USAGE: python -m horovod_train [flags]      train (the same: horovod-train [flags])
        python -m horovod_train plan --help  the cluster planner
 
 Flags take dashes or underscores alike (--batch-size=64 is --batch_size=64); a boolean
