@@ -2,16 +2,38 @@
 
   python bench/plot.py [--in_dir runs/bench] [--out docs/benchmarks.png]
 
-A panel per figure that is present; missing JSON files leave their panel out.
+A panel per figure that is present; missing JSON files leave their panels out. Each
+panel has one unit per axis, efficiencies in percent, every bar or point labelled
+with its value, and its target marked met or missed (in the title, and on each bar
+the target applies to). The labelling rules are horovod_train/observe/plots.py's.
 """
 import argparse
 import json
+import math
 import os
 import sys
+import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import common  # noqa: E402
+from bench import comm, common, input_pipeline  # noqa: E402
+
+# M5: one allreduce per optimizer step, whatever the number of micro-batches.
+M5_OPS_TARGET = 1
+VERDICT_COLORS = {"met": "tab:green", "missed": "tab:red"}
+OURS, OTHERS = "tab:blue", "tab:gray"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def times_label(x: float) -> str:
+    return f"{x:.1f}x" if x < 10 else f"{x:.0f}x"
+
+
+def ms_label(seconds: float) -> str:
+    return f"{1e3 * seconds:.1f} ms" if seconds < 0.1 else f"{1e3 * seconds:.0f} ms"
 
 
 def _load(in_dir: str, name: str):
@@ -22,95 +44,198 @@ def _load(in_dir: str, name: str):
         return json.load(f)
 
 
-def _bars(ax, labels, values, errors=None, target=None, title="", ylabel=""):
-    ax.bar(range(len(values)), values, yerr=errors, capsize=3,
-           color=["tab:blue" if "ours" in lab else "tab:gray" for lab in labels])
-    ax.set_xticks(range(len(values)), labels, rotation=20, ha="right", fontsize=7)
-    if target is not None:
-        ax.axhline(target, color="tab:red", ls="--", lw=1, label=f"target {target:g}")
-        ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=9)
-    ax.set_ylabel(ylabel, fontsize=8)
+def _title(ax, what: str, target: str | None = None, ok: bool | None = None):
+    """The panel's title; with a target, a second line 'target ...: met|missed' in the
+    verdict's colour."""
+    if target is None:
+        ax.set_title(what)
+        return
+    ax.set_title(f"{what}\ntarget {target}: {verdict(ok)}", color=VERDICT_COLORS[verdict(ok)])
+
+
+def _target_line(ax, y: float, text: str):
+    """A dashed target line, named just right of the axes (never over the data)."""
+    ax.axhline(y, color="tab:red", ls="--", lw=1.2)
+    ax.annotate(text, (1.01, y), xycoords=ax.get_yaxis_transform(), va="center",
+                color="tab:red", annotation_clip=False)
+
+
+def _bars(ax, labels, values, texts, colors, errors=None, ylabel=""):
+    """Bars with their value written above each (above its error bar, if any) and
+    their names wrapped under them, level, so that neighbours never run together."""
+    bars = ax.bar(range(len(values)), values, yerr=errors, capsize=3, color=colors)
+    label_colors = [c if c in VERDICT_COLORS.values() else "black" for c in colors]
+    tops = [v + e for v, e in zip(values, errors)] if errors else values
+    for bar, top, text, color in zip(bars, tops, texts, label_colors):
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, top),
+                    textcoords="offset points", xytext=(0, 3), ha="center", color=color)
+    width = max(6, 56 // len(values))  # characters that fit under one bar at 10 pt
+    ax.set_xticks(range(len(values)), [textwrap.fill(label, width) for label in labels])
+    ax.set_ylabel(ylabel)
+    return bars
+
+
+def _verdict_colors(oks):
+    """Bar colours: a bar a target applies to shows its verdict; others are plain."""
+    return [OTHERS if ok is None else VERDICT_COLORS[verdict(ok)] for ok in oks]
 
 
 def m1(ax, r):
-    names = [("ours", "ours"), ("keras_fit", "Keras fit")]
-    stats = [common.mean_ci(r["merged"][k]["per_rank"]) for k, _ in names]
-    _bars(ax, [n for _, n in names], [s[0] for s in stats], [s[1] for s in stats],
-          title=f"M1 overhead: ours/fit step time {r['step_time_ratio']:.2f} (<= 1.05)",
-          ylabel="img/s, 1 rank x 1 thread")
+    stats = {k: common.mean_ci(r["merged"][k]["per_rank"]) for k in ("ours", "keras_fit")}
+    target, ratio = r["target"], r["step_time_ratio"]
+    ok = ratio <= target
+    _bars(ax, ["ours", "Keras fit"], [s[0] for s in stats.values()],
+          [f"{s[0]:.0f}" for s in stats.values()], [VERDICT_COLORS[verdict(ok)], OTHERS],
+          errors=[s[1] for s in stats.values()], ylabel="img/s (1 rank x 1 thread)")
+    # Step time ours / fit <= target  <=>  ours' img/s >= fit's / target.
+    _target_line(ax, stats["keras_fit"][0] / target, f"fit / {target:g}")
+    ax.set_ylim(0, 1.25 * max(s[0] + s[1] for s in stats.values()))
+    _title(ax, f"M1 overhead over Keras fit: step time ours / fit = {ratio:.2f}",
+           f"<= {target:g}", ok)
 
 
 def m2(ax, r):
-    eff = r["efficiency"]
+    eff, target = r["efficiency"], r["target"]
     keys = ["ours/gloo", "bare/gloo", "ours/mpi", "bare/mpi", "mwms"]
-    _bars(ax, [k.replace("/", " ").replace("bare", "bare hvd") for k in keys],
-          [eff[k] for k in keys], target=r["target"],
-          title="M2 efficiency, 2 ranks / 1 rank", ylabel="efficiency")
+    labels = ["ours Gloo", "bare hvd Gloo", "ours MPI", "bare hvd MPI", "ours mwms"]
+    oks = [eff[k] >= target if k.startswith("ours/") else None for k in keys]
+    texts = [f"{100 * eff[k]:.0f}%" + (f" {verdict(ok)}" if ok is not None else "")
+             for k, ok in zip(keys, oks)]
+    _bars(ax, labels, [100 * eff[k] for k in keys], texts, _verdict_colors(oks),
+          ylabel="efficiency (%)")
+    _target_line(ax, 100 * target, f"{100 * target:.0f}%")
+    ax.set_ylim(0, 1.2 * max(100, *(100 * eff[k] for k in keys)))
+    _title(ax, "M2 efficiency, 2 ranks / 1 rank (Horovod Gloo, MPI; mwms)",
+           f"ours >= {100 * target:.0f}%", all(ok for ok in oks if ok is not None))
 
 
 def m3(ax, r):
+    from horovod_train.observe import plots
     sizes = [x["bytes"] for x in r["m3"]]
-    ax.loglog(sizes, [x["ours_busbw"] for x in r["m3"]], "o-", label="ours (grouped_allreduce)")
-    ax.loglog(sizes, [x["mpi4py_busbw"] for x in r["m3"]], "s--", color="tab:gray",
+    ax.loglog(sizes, [x["ours_busbw"] for x in r["m3"]], "o-", color=OURS,
+              label="ours (grouped_allreduce)")
+    ax.loglog(sizes, [x["mpi4py_busbw"] for x in r["m3"]], "s--", color=OTHERS,
               label="mpi4py Allreduce")
-    ax.set_xlabel("bytes", fontsize=8)
-    ax.set_ylabel("busbw GB/s", fontsize=8)
-    ax.set_title("M3 allreduce bus bandwidth, 2 ranks, MPI", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_xticks(sizes, [common.size_label(s) for s in sizes], rotation=30, ha="right")
+    ax.minorticks_off()
+    ax.set_xlabel("allreduce size")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    big = [x for x in r["m3"] if x["bytes"] >= comm.M3_FROM]
+    for x in big:  # where the target applies: ours / mpi4py at each size
+        ax.annotate(f"{x['ratio']:.2f}x mpi4py", (x["bytes"], x["ours_busbw"]),
+                    textcoords="offset points", xytext=(-6, -16), ha="right")
+    plots.legend_outside(ax)
+    worst = min((x["ratio"] for x in big), default=math.nan)
+    _title(ax, "M3 allreduce bus bandwidth, 2 ranks, MPI",
+           f"ours / mpi4py >= {comm.M3_TARGET:g} from {common.size_label(comm.M3_FROM)} "
+           f"(here {worst:.2f})",
+           bool(big) and worst >= comm.M3_TARGET)
 
 
 def m4(ax, r):
     secs = r["m4"]["seconds"]
-    _bars(ax, list(secs), [1e3 * v for v in secs.values()],
-          title=f"M4 {r['m4']['tensors']} small tensors: fusion gain {r['m4']['fusion_gain']:.0f}x",
-          ylabel="ms per allreduce of all")
+    _bars(ax, list(secs), [1e3 * v for v in secs.values()], [ms_label(v) for v in secs.values()],
+          [OURS if "ours" in k else OTHERS for k in secs], ylabel="ms per allreduce of all")
     ax.set_yscale("log")
+    ax.set_ylim(top=4 * 1e3 * max(secs.values()))
+    _title(ax, f"M4 {r['m4']['tensors']} small tensors: fusion gain "
+               f"{times_label(r['m4']['fusion_gain'])} (eager per tensor / grouped)")
 
 
-def m5(ax, r):
+def m5_efficiency(ax, r):
+    from horovod_train.observe import plots
     ks = [x["k"] for x in r["m5"]]
-    ax.plot(ks, [x["efficiency"] for x in r["m5"]], "o-", label="efficiency")
-    ax.plot(ks, [x["collective_ops_per_step"] / x["k"] for x in r["m5"]], "s--",
-            label="allreduce ops per micro-batch")
+    effs = [100 * x["efficiency"] for x in r["m5"]]
+    ax.plot(ks, effs, "o-", color=OURS)
+    plots.label_points(ax, ks, effs, [f"{e:.0f}%" for e in effs])
+    ax.axhline(100, color=OTHERS, ls=":")
+    ax.set_ylim(0, 1.2 * max(100, *effs))
+    _k_axis(ax, ks)
+    ax.set_ylabel("efficiency (%)")
+    _title(ax, "M5 accumulation, 2 ranks: step with allreduce / without")
+
+
+def m5_ops(ax, r):
+    ks = [x["k"] for x in r["m5"]]
+    ops = [x["collective_ops_per_step"] for x in r["m5"]]
+    oks = [n == M5_OPS_TARGET for n in ops]
+    _bars(ax, [str(k) for k in ks], ops, [f"{n} {verdict(ok)}" for n, ok in zip(ops, oks)],
+          _verdict_colors(oks), ylabel="allreduce ops per optimizer step")
+    ax.set_xlabel("accumulation steps k")
+    ax.set_ylim(0, 1.5 * max(*ops, M5_OPS_TARGET))
+    _target_line(ax, M5_OPS_TARGET, str(M5_OPS_TARGET))
+    _title(ax, "M5 allreduce ops per optimizer step", f"{M5_OPS_TARGET} for every k", all(oks))
+
+
+def _k_axis(ax, ks):
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_xlabel("accumulation steps k", fontsize=8)
-    ax.set_title("M5 accumulation, 2 ranks", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("accumulation steps k")
 
 
-def m6(ax, r):
-    cases = r["cases"]
-    _bars(ax, [c["case"].split(" -> ")[0][:24] for c in cases],
-          [c["headroom"] for c in cases], target=3.0,
-          title="M6 input-pipeline headroom (pipeline / consumer)", ylabel="x")
-    ax.set_yscale("log")
+def _case(c) -> str:
+    return c["case"].split(" -> ")[0]
 
 
-PANELS = (("m1_overhead", m1), ("m2_scaling", m2), ("comm", m3), ("comm", m4), ("comm", m5),
-          ("m6_input", m6))
+def m6_headroom(ax, r):
+    target = input_pipeline.TARGET_HEADROOM
+    values = [c["headroom"] for c in r["cases"]]
+    oks = [v >= target for v in values]
+    _bars(ax, [_case(c) for c in r["cases"]], values,
+          [f"{times_label(v)} {verdict(ok)}" for v, ok in zip(values, oks)],
+          _verdict_colors(oks), ylabel="pipeline / consumer (x)")
+    _target_line(ax, target, times_label(target))
+    ax.set_ylim(0, 1.2 * max(*values, target))
+    _title(ax, "M6 input-pipeline headroom", f">= {times_label(target)}", all(oks))
 
 
-def plot(in_dir: str, out: str) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
+def m6_wait(ax, r):
+    target = input_pipeline.TARGET_WAIT
+    values = [100 * c["data_wait"] for c in r["cases"]]
+    oks = [v < 100 * target for v in values]
+    _bars(ax, [_case(c) for c in r["cases"]], values,
+          [f"{v:.1f}% {verdict(ok)}" for v, ok in zip(values, oks)], _verdict_colors(oks),
+          ylabel="data wait (% of wall time)")
+    _target_line(ax, 100 * target, f"{100 * target:g}%")
+    ax.set_ylim(0, 1.25 * max(*values, 100 * target))
+    _title(ax, f"M6 data wait: met for {sum(oks)} of {len(oks)}", f"< {100 * target:g}%",
+           all(oks))
+
+
+PANELS = (("m1_overhead", m1), ("m2_scaling", m2), ("comm", m3), ("comm", m4),
+          ("comm", m5_efficiency), ("comm", m5_ops), ("m6_input", m6_headroom),
+          ("m6_input", m6_wait))
+COLUMNS = 2
+
+
+def figure(in_dir: str):
+    """The figure of every panel whose JSON is in in_dir, or None when there is none."""
+    from horovod_train.observe import plots
     import matplotlib.pyplot as plt
     present = [(fn, data) for name, fn in PANELS if (data := _load(in_dir, name)) is not None]
     if not present:
+        return None
+    rows = -(-len(present) // COLUMNS)
+    with plt.rc_context(plots.STYLE):
+        fig, axes = plt.subplots(rows, COLUMNS, figsize=(6.4 * COLUMNS, 4.4 * rows),
+                                 squeeze=False)
+        for ax in axes.flat[len(present):]:
+            ax.axis("off")
+        for ax, (fn, data) in zip(axes.flat, present):
+            fn(ax, data)
+            ax.grid(alpha=0.3, axis="y")
+        fig.tight_layout(h_pad=2.0, w_pad=3.0)
+    return fig
+
+
+def plot(in_dir: str, out: str) -> str:
+    from horovod_train.observe import plots
+    fig = figure(in_dir)
+    if fig is None:
         return f"nothing to plot in {in_dir}"
-    cols = 3
-    rows = -(-len(present) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
-    for ax in axes.flat[len(present):]:
-        ax.axis("off")
-    for ax, (fn, data) in zip(axes.flat, present):
-        fn(ax, data)
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return plots.save(fig, out, dpi=90)
 
 
 def main(argv=None):
