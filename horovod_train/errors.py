@@ -13,8 +13,11 @@ class UsageError(ValueError):
 
 
 def usage_error(what: str, received, expected: str, fix: str) -> UsageError:
-    """Builds the standard message: `what: received X; expected Y. Fix: Z`."""
-    return UsageError(f"{what}: received {received!r}; expected {expected}. Fix: {fix}")
+    """Builds the standard message: `what: received X; expected Y. Fix: Z`; received None
+    (nothing was given) reads `what: not given; ...` as in launch and plan, never
+    "received None"."""
+    got = "not given" if received is None else f"received {received!r}"
+    return UsageError(f"{what}: {got}; expected {expected}. Fix: {fix}")
 
 
 def is_finite_number(value) -> bool:

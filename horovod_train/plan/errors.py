@@ -11,8 +11,8 @@ class PlanError(UsageError):
 
 
 def plan_error(what: str, received, expected: str, fix: str) -> PlanError:
-    shown = "nothing" if received is None else repr(received)   # never "received None"
-    return PlanError(f"{what}: received {shown}; expected {expected}. Fix: {fix}")
+    got = "not given" if received is None else f"received {received!r}"  # as launch and the trainer
+    return PlanError(f"{what}: {got}; expected {expected}. Fix: {fix}")
 
 
 def unknown_name(what: str, received: str, known, flag: str) -> PlanError:
