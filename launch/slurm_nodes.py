@@ -129,7 +129,7 @@ def hosts_from_slurm_env(environ) -> list[Host]:
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     tasks = environ.get("SLURM_TASKS_PER_NODE")
     if not nodelist or not tasks:
-        raise launch_error("Slurm environment", "SLURM_JOB_NODELIST/SLURM_TASKS_PER_NODE unset",
-                           "to run inside a Slurm job (sbatch or salloc)",
+        raise launch_error("SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE", None,
+                           "both set, as inside a Slurm job (sbatch or salloc)",
                            "salloc -N 2 --ntasks-per-node 8, then run again")
     return hosts_from_slurm(nodelist, tasks)

@@ -26,7 +26,7 @@ TASK_TYPES = ("worker",)
 _ADDRESS = re.compile(r"^(?:\[([^\]]+)\]|([^:\[\]]+)):([0-9]{1,5})$")
 
 
-def check_port_range(port_base, width: int, flag: str = "--port_base") -> int:
+def check_port_range(port_base, width: int, flag: str = "--mwms_port_base") -> int:
     """Ports base .. base+width-1 must all be unprivileged, valid ports."""
     if (isinstance(port_base, bool) or not isinstance(port_base, int)
             or port_base < 1024 or port_base + width - 1 > 65535):
@@ -36,7 +36,7 @@ def check_port_range(port_base, width: int, flag: str = "--port_base") -> int:
     return port_base
 
 
-def check_port_base(port_base, hosts: list[Host], flag: str = "--port_base") -> int:
+def check_port_base(port_base, hosts: list[Host], flag: str = "--mwms_port_base") -> int:
     """A host with N slots uses ports base .. base+N-1."""
     return check_port_range(port_base, max((h.slots for h in hosts), default=1), flag)
 
