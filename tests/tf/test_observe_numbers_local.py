@@ -5,6 +5,7 @@ import glob
 import json
 
 import pytest
+from absl import logging as absl_logging
 
 pytestmark = pytest.mark.tf
 
@@ -24,8 +25,13 @@ def _run(tmp_path, max_steps, log_every):
     return run_dir, summary, [r for r in records if r["kind"] == "train"]
 
 
-def test_one_process_shows_no_comm_and_one_throughput(tmp_path):
-    run_dir, summary, train = _run(tmp_path, max_steps=40, log_every=10)
+def test_one_process_shows_no_comm_and_one_throughput(tmp_path, caplog):
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)  # the done line is an INFO line
+    try:
+        run_dir, summary, train = _run(tmp_path, max_steps=40, log_every=10)
+    finally:
+        absl_logging.set_verbosity(verbosity)
     for r in train:
         assert "comm" not in r["seconds_per_step"], r["seconds_per_step"]
         assert sum(r["seconds_per_step"].values()) == pytest.approx(r["step_s"])
@@ -40,6 +46,9 @@ def test_one_process_shows_no_comm_and_one_throughput(tmp_path):
     row = report.table_rows([run])[0]
     assert "comm %" not in row
     assert row["samples/s"] == pytest.approx(summary["samples_per_sec"], rel=1e-9)
+    done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("done  |")]
+    shown = report.format_table([row]).splitlines()[2].split()[3]  # the samples/s cell
+    assert done and f"| {shown} samples/s |" in done[0], (done, shown)
     steady = [r["samples_per_sec"] for r in train[1:]]
     assert min(steady) <= summary["samples_per_sec"] <= max(steady)
 
