@@ -1,6 +1,5 @@
 """The pure parts of observability: progress formatting, efficiency and the baseline
 key, the breakdown's arithmetic, the report table, and the config's checks. No TF."""
-import io
 import json
 import os
 
@@ -20,30 +19,6 @@ def test_eta_and_bar_formatting():
     bar = progress.format_bar(120, 1000, 5230.4, 65, width=10)
     assert bar == "[#.........]  120/1000  12% | 5230 samples/s | eta 1:05"
     assert progress.format_bar(0, 10, None, None, width=4) == "[....]  0/10   0% | - samples/s | eta ?"
-
-
-class _Tty(io.StringIO):
-    def isatty(self):
-        return True
-
-
-def test_bar_only_on_a_terminal_outside_ci():
-    assert progress.resolve_mode("auto", _Tty(), {}) == "bar"
-    assert progress.resolve_mode("auto", _Tty(), {"CI": "true"}) == "lines"
-    assert progress.resolve_mode("auto", io.StringIO(), {}) == "lines"
-    assert progress.resolve_mode("bar", io.StringIO(), {"CI": "1"}) == "bar"
-
-
-def test_bar_redraws_in_place_and_ends_with_a_newline():
-    stream = _Tty()
-    # "bar", not "auto": auto turns the bar off under CI (tested above), and CI runs this.
-    bar = progress.Progress("bar", 10, stream)
-    bar.line("train | step 5/10", 5, samples_per_sec=100.0, step_s=0.5)
-    bar.step(10)
-    bar.close()
-    out = stream.getvalue()
-    assert out.count("\r\033[K") >= 2 and "eta 2s" in out and out.endswith("\n")
-    assert "10/10 100%" in out
 
 
 def test_efficiency():
