@@ -1,0 +1,142 @@
+"""The console under the launchers (issue 22, parts 1 and 3), with real ranks.
+
+`make train` prints nothing but our lines (no TensorFlow start-up lines, no absl prefix,
+no 16-digit float) and its done line's samples/s is summary.json's; the ranks of
+mpirun and horovodrun print only our lines; on a terminal the chief draws its bar
+there under horovodrun --gloo and --mpi, and neither through plain pipes nor under CI.
+"""
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import ROOT, child_env, run_cli
+from ranks import horovodrun, mpirun
+
+pytestmark = pytest.mark.slow
+
+TAG = r"(?:\[\d+(?:,\d+)?\]<std(?:err|out)>:)?"  # mpi's [1,0]<stderr>:, gloo's [0]<stderr>:
+OURS = re.compile(TAG + r"(?:gpu   |config |scaling |train |divergence |eval  |done  )\| ")
+ABSL_PREFIX = re.compile(TAG + r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+LONG_NUMBER = re.compile(r"\d{10,}")  # a float's 16 digits (loss 0.0009377987735206261)
+BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/60 +\d+% \| (?:\d+|-) samples/s \| eta ")
+SHORT = ["--max_steps=60", "--log_every=20", "--eval_every_epochs=0", "--noinstrument"]
+
+
+def _env(**extra) -> dict:
+    """As a user's shell has it: no TF_CPP_MIN_LOG_LEVEL (it hides nothing here)."""
+    env = child_env(**extra)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    env.pop("CI", None) if "CI" not in extra else None
+    return env
+
+
+def _not_ours(lines) -> list[str]:
+    return [line for line in lines if not OURS.match(line)]
+
+
+def test_make_train_prints_only_our_lines(tmp_path):
+    proc = run_cli(["make", "train", f"RUN_DIR={tmp_path}"], timeout=900, env=_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    err = proc.stderr.splitlines()
+    assert _not_ours(err) == [], proc.stderr
+    assert not [line for line in err if ABSL_PREFIX.match(line) or LONG_NUMBER.search(line)]
+    out = [line for line in proc.stdout.splitlines() if not line.startswith("[setup] ")]
+    assert out[0].startswith("horovodrun -np 2 -H localhost:2 python -m horovod_train")
+    assert out[1].startswith("summary: 2 ranks, test accuracy ") and len(out) == 2, out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    rate = f"{summary['samples_per_sec']:.0f}"
+    done = [line for line in err if "done  | " in line]
+    assert len(done) == 1 and f"| {rate} samples/s |" in done[0], (done, rate)
+    assert f", {rate} samples/s," in out[1]
+    assert f"summary_json={tmp_path}/summary.json" in proc.stderr  # the changed option
+    assert "\x1b[K" not in proc.stderr + proc.stdout  # pipes, no terminal: no bar
+
+
+def test_the_ranks_of_horovodrun_print_only_our_lines():
+    proc = run_cli(horovodrun(2, "gloo", SHORT), timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    # horovodrun's own build check (its process, untagged) prints TF's lines: by hand
+    # they show, `make train` filters them (above). Every rank's line is ours.
+    tagged = [line for line in proc.stderr.splitlines() if re.match(r"\[[\d,]+\]<std", line)]
+    assert tagged and _not_ours(tagged) == [], proc.stderr
+    assert any("done  | steps 60 |" in line for line in tagged)
+
+
+def test_the_ranks_of_mpirun_print_only_our_lines():
+    proc = run_cli(mpirun(2, SHORT), timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stderr.splitlines()  # mpirun tags nothing unless told to
+    assert _not_ours(lines) == [] and not [line for line in lines if ABSL_PREFIX.match(line)]
+    assert "done  | steps 60 |" in proc.stderr
+
+
+def _in_terminal(argv, env, timeout=600) -> tuple[int, str]:
+    """Runs argv with a new pseudo-terminal as its controlling terminal and its stdin,
+    stdout and stderr; returns (exit code, everything the terminal showed)."""
+    pid, master = pty.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.chdir(ROOT)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    out, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 1)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the terminal's last process closed it
+                    break
+                if not data:
+                    break
+                out += data
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    finally:
+        os.close(master)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+@pytest.mark.parametrize("controller, tag", [("gloo", "[0]<stderr>:"), ("mpi", "[1,0]<stderr>:")])
+def test_on_a_terminal_the_chief_draws_a_bar_under_horovodrun(controller, tag):
+    code, shown = _in_terminal(horovodrun(2, controller, SHORT), _env())
+    assert code == 0, shown[-4000:]
+    assert BAR.search(shown), shown[-4000:]
+    # Drawn on the terminal by the chief itself, not a line through the launcher.
+    assert not re.search(r"<std(?:err|out)>:[^\n]*\[#", shown), shown[-4000:]
+    assert f"{tag}train | step 60/60 |" in shown  # the lines still come, through the launcher
+    # Each line starts a row, or the cleared bar's row: none lands inside a bar.
+    starts = [m.start() for m in re.finditer(r"\[\d+(?:,\d+)?\]<std", shown)]
+    assert all(shown[:i].endswith(("\n", "\x1b[K")) for i in starts), shown[-4000:]
+
+
+def test_under_ci_the_terminal_gets_lines_only():
+    code, shown = _in_terminal(horovodrun(2, "gloo", SHORT), _env(CI="1"))
+    assert code == 0, shown[-4000:]
+    assert "[0]<stderr>:train | step 60/60 |" in shown
+    assert "\x1b[K" not in shown and not BAR.search(shown)
+
+
+def test_progress_lines_means_no_bar_on_a_terminal():
+    code, shown = _in_terminal(horovodrun(2, "mpi", SHORT + ["--progress=lines"]), _env())
+    assert code == 0 and "\x1b[K" not in shown, shown[-4000:]
+
+
+def test_make_train_fails_with_horovodruns_code_and_its_last_lines(tmp_path):
+    """The filter in the recipe neither hides horovodrun's failure nor eats its end."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    proc = run_cli(["make", "train", f"RUN_DIR={blocked}/run"], timeout=600, env=_env())
+    code = re.search(r"\] Error (\d+)", proc.stderr)
+    assert proc.returncode != 0 and code and code.group(1) != "0", proc.stderr[-3000:]
+    assert "summary_json" in proc.stderr and "Fix:" in proc.stderr, proc.stderr[-3000:]
+    assert "oneDNN" not in proc.stderr and "absl::InitializeLog" not in proc.stderr
