@@ -11,7 +11,9 @@ HOROVOD_TRAIN_VERBOSE=1 turns both off: the start-up lines are shown, and our li
 carry absl's `I1201 18:04:48.730183 1396... loop.py:183]` prefix again.
 
 `python -m horovod_train.console` is the same filter on stdin -> stderr, for a
-launcher's own start-up lines (the Makefile's train target puts horovodrun's through it).
+launcher's own start-up lines: horovodrun's build check imports TF in horovodrun's own
+process, so horovodrun typed by hand still shows those few lines before the ranks start
+(`make train` puts horovodrun's stderr through this filter); the ranks' are gone either way.
 """
 import contextlib
 import logging
