@@ -2,10 +2,10 @@
 TensorFlow's C++ start-up lines. Stdlib only (a filter process runs this module alone).
 
 TensorFlow 2.21 logs its start-up lines through C++ absl before absl::InitializeLog(),
-so TF_CPP_MIN_LOG_LEVEL does not hide them; they go straight to file descriptor 2, at
-TF's import (once per native library) and when TF first looks for devices. So those
-two windows run with fd 2 sent through a filter process that drops the lines in
-STARTUP_NOISE and passes every other line on, a real error included.
+so TF_CPP_MIN_LOG_LEVEL does not hide them; they go straight to file descriptor 2 while
+TF is imported (once per native library it loads, and its CUDA probe). So the import
+runs inside startup_filter(): fd 2 goes through a filter process that drops the lines
+in STARTUP_NOISE and passes every other line on, a real error included.
 
 HOROVOD_TRAIN_VERBOSE=1 turns both off: the start-up lines are shown, and our lines
 carry absl's `I1201 18:04:48.730183 1396... loop.py:183]` prefix again.
