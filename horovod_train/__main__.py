@@ -10,6 +10,7 @@ import sys
 
 from absl import app, flags
 
+from horovod_train import console
 from horovod_train import flags as ht_flags
 from horovod_train.errors import UsageError
 from launch.argv import normalize_flag_names
@@ -85,7 +86,9 @@ def main(argv):
         _fail(str(err))
     _check_outputs(config)
     try:
-        from horovod_train import loop  # imports TensorFlow: only after validation
+        # TF's C++ start-up lines (console.STARTUP_NOISE) come out while TF loads.
+        with console.startup_filter():
+            from horovod_train import loop  # imports TensorFlow: only after validation
         loop.run(config)
     except BaseException as err:  # noqa: BLE001 - every way out of a run is decided here
         _end_run(err, config.data.data_dir)

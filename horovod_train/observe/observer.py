@@ -82,10 +82,12 @@ class ChiefObserver(NullObserver):
             self._profile = ProfileWindow(window, os.path.join(self.run_dir, "profile"))
 
     def _log_baseline(self, source):
+        if self.world_size == 1:
+            return  # one rank has no efficiency to compute: the baseline is not used
         if self.baseline:
             logging.info("scaling | 1-rank baseline %.0f samples/s (from %s)",
                          self.baseline, source)
-        elif self.world_size > 1:
+        else:
             logging.info("scaling | no 1-rank baseline for config key %s, so no efficiency: "
                          "pass --baseline_samples_per_sec, or train once with 1 rank and "
                          "--run_dir", self.key)
