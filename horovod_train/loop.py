@@ -73,9 +73,7 @@ def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
 def _build(config, backend, data, steps_per_epoch):
     precision.set_policy(config.speed.precision)
     with backend.scope():
-        model = models.get_model(config.model, input_shape=data.input_shape,
-                                 num_classes=data.num_classes,
-                                 gradient_checkpointing=config.speed.gradient_checkpointing)
+        model = _model_for(config, data)
         optimizer = make_optimizer(config.optim, backend.info.size, steps_per_epoch)
         optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
@@ -84,6 +82,23 @@ def _build(config, backend, data, steps_per_epoch):
     if not config.runtime.elastic:
         backend.broadcast_variables(list(model.variables) + list(optimizer.variables))
     return model, optimizer
+
+
+def _model_for(config, data):
+    try:
+        return models.get_model(config.model, input_shape=data.input_shape,
+                                num_classes=data.num_classes,
+                                gradient_checkpointing=config.speed.gradient_checkpointing)
+    except ValueError as err:
+        # Keras's input check: the model's first layer cannot take these examples (an image
+        # model on token sequences). Every rank builds the same, so every rank exits 2.
+        if "incompatible with the layer" not in str(err):
+            raise
+        raise UsageError(
+            f"--model: received {config.model!r}, which cannot take --dataset "
+            f"{config.data.dataset}'s examples of shape {tuple(data.input_shape)} ({err}); "
+            f"expected a model built for that input. Fix: pass a --model whose input matches "
+            f"(python scripts/model_table.py lists each model's input)") from None
 
 
 def _keeper(config, trainer, state):

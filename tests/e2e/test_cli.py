@@ -39,6 +39,9 @@ TRAIN = [sys.executable, "-m", "horovod_train"]
     (["--grad_accum_steps=0"], "--grad_accum_steps"),
     (["--precision=fp8"], "mixed_bfloat16"),
     (["--compression=int4"], "bf16"),
+    # A model that cannot take the dataset's examples (issue 22: exit 1 and Keras's traceback).
+    (["--dataset=synthetic", "--synthetic_shape=64", "--model=digits_cnn", "--max_steps=1"],
+     "--model: received 'digits_cnn'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     proc = run_cli(TRAIN + args, timeout=300)
