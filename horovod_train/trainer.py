@@ -360,14 +360,15 @@ class Trainer:
         m = self.meter
         gpu = self.gpu.sample() if self.gpu else [0.0, 0.0, 0.0]
         before = time.perf_counter()
+        # The summary's tally takes the wall the gathered rate is computed from, before the
+        # gather's own wait is known, so the report rebuilds exactly the same figure.
+        self.throughput.add(m.samples, m.wall(before), m.traced)
         rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
         # The gather waits for the slowest rank (e.g. one still tracing): that wait is
         # this interval's, shown as "sync".
         now = time.perf_counter()
         m.sync_s = now - before
         self.meter = metrics.IntervalMeter(started=now)
-        # The same clock as the rate gathered above: the summary's figure is these.
-        self.throughput.add(m.samples, m.wall(before), m.traced)
         loss = float(rows[:, 0].mean())
         self.loss_history.append((self.global_step, loss))
         gpu_util, gpu_mem = combine(rows[:, 2:5].tolist())

@@ -190,7 +190,7 @@ if hvd.rank() == 0:
 
 
 def test_horovod_keras_layer_still_diverges_under_keras3(tmp_path):
-    """The failure horovod_train.keras replaces (see the README).
+    """The failure horovod_train.keras replaces (see docs/keras.md).
 
     horovod.tensorflow.keras.DistributedOptimizer (Horovod 0.28.1) hooks the Keras 2
     gradient path (get_gradients / _compute_gradients), which Keras 3's model.fit never

@@ -1,5 +1,5 @@
 """The case study in miniature: a byte-level decoder LM on Python's own stdlib sources,
-2 Horovod ranks, 4-step gradient accumulation, mixed_bfloat16 (README: "A language model on Python's own sources").
+2 Horovod ranks, 4-step gradient accumulation, mixed_bfloat16 (docs/lm_case_study.md).
 
 Sized for 2-3 minutes on 2 shared CPU cores: 200 optimizer steps of 2 ranks x 4
 micro-batches x 4 sequences x 64 bytes (0.4 MB of training text, 3.4% of an epoch).

@@ -221,4 +221,4 @@ def test_the_case_study_model_takes_the_source_as_the_loop_passes_it(built):
                                                                              from_logits=True)))
     assert abs(loss - np.log(256)) < 0.5  # untrained: close to a uniform guess
     at_64 = models.get_model("decoder_lm_small", input_shape=(64,), num_classes=256)
-    assert at_64.count_params() == 437_760  # the figure in the README
+    assert at_64.count_params() == 437_760  # the figure in docs/lm_case_study.md

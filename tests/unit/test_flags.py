@@ -1,9 +1,7 @@
 """The flags are generated from the config fields: one flag per field, same name,
-default, type and help; config_from_flags puts every flag's value on its own field;
-the README's flag table names only real flags."""
+default, type and help; config_from_flags puts every flag's value on its own field.
+(docs/flags.md, generated from the same fields, is checked by test_flags_doc.py.)"""
 import dataclasses
-import pathlib
-import re
 import typing
 
 import pytest
@@ -11,8 +9,6 @@ from absl import flags
 
 from horovod_train import config as cfg
 from horovod_train import flags as ht_flags
-
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 # What a field's type must become, written independently of flags.py's own table.
 PARSERS = {bool: flags.BooleanParser, int: flags.IntegerParser, float: flags.FloatParser,
@@ -148,49 +144,3 @@ def test_each_flag_reaches_its_own_field_and_only_it(path, owner, field, tmp_pat
             assert got == expected != base, (other_path, got)
         elif not (other.name == "run_dir" and field.name in NEEDS_RUN_DIR):
             assert got == base, f"--{field.name} changed {'.'.join(other_path)}"
-
-
-def readme_table() -> str:
-    """The rows of the README's flag table (below its header)."""
-    text = README.read_text()
-    assert "| flag | default | meaning |" in text, "the README's flag table was not found"
-    return text.split("| flag | default | meaning |", 1)[1].split("\n\n", 1)[0]
-
-
-def readme_table_flags() -> set[str]:
-    """Flag names the README's flag table lists: the first column, or, in a row whose
-    first column names none (`data flags`), the meaning column."""
-    shown = set()
-    for row in readme_table().strip().splitlines()[1:]:
-        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
-        names = re.findall(r"`--([a-z][\w]*)`", cells[0]) or \
-            re.findall(r"`--([a-z][\w]*)`", cells[-1])
-        shown.update(names)
-    assert len(shown) > 40, "the README's flag table was not found or not parsed"
-    return shown
-
-
-def _flag_named(name: str, fv) -> str | None:
-    """`noinstrument` names the boolean flag `instrument`."""
-    if name in fv:
-        return name
-    if name.startswith("no") and name[2:] in fv and isinstance(fv[name[2:]], flags.BooleanFlag):
-        return name[2:]
-    return None
-
-
-def test_every_flag_in_the_readme_table_exists():
-    fv = fresh_flags()
-    unknown = sorted(n for n in readme_table_flags() if _flag_named(n, fv) is None)
-    assert not unknown, f"README's flag table shows flags that do not exist: {unknown}"
-
-
-# Real flags the README's table does not show yet. A ratchet: adding one to the table
-# fails this test until its name leaves this set, and a new undocumented flag fails it too.
-NOT_IN_README_YET = set()
-
-
-def test_the_readme_table_shows_every_flag_but_the_known_few():
-    fv = fresh_flags()
-    mentioned = {_flag_named(n, fv) for n in re.findall(r"--([a-z]\w*)", readme_table())}
-    assert {path[-1] for path, _, _ in LEAVES} - mentioned == NOT_IN_README_YET
