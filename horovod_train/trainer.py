@@ -345,6 +345,9 @@ class Trainer:
             self.meter.guard_s += time.perf_counter() - started
         if rows is None:  # one rank: nothing to compare
             return
+        # The first check traces the checksum and its gather (~0.2 s for digits_cnn, 20 of
+        # its steps): like a step's tracing, set-up that the run does not pay again.
+        self.meter.traced |= not self.divergence_checks
         if not self.divergence_checks:  # once, to show the guard is on; then silent
             every = self.config.train.divergence_check_steps
             logging.info("divergence | weights identical on %d ranks at %s (checked at epoch "
