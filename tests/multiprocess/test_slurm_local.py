@@ -13,6 +13,7 @@ n2, each slurmd in its own network namespace (tests/netns/topology.py), so ranks
 different nodes talk over veth links, as on separate hosts.
 """
 import os
+import re
 import sys
 
 import pytest
@@ -142,9 +143,21 @@ def test_srun_two_tasks(one_node, tmp_path, backend, per_node):
     job = Job(tmp_path)
     extra = ["--ntasks-per-node=2"] if per_node else []
     mpi = "--mpi=pmix" if backend == "horovod" else "--mpi=none"
-    job.run(one_node, ["srun", mpi, "-n", "2", *extra, "--kill-on-bad-exit=1", "--time=10",
-                       *job.train_argv(), f"--backend={backend}"])
+    proc = job.run(one_node, ["srun", mpi, "-n", "2", *extra, "--kill-on-bad-exit=1",
+                              "--time=10", *job.train_argv(), f"--backend={backend}"])
     job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
+    _console_is_ours(proc.stdout + proc.stderr)
+
+
+def _console_is_ours(text: str):
+    """Under srun too: no TensorFlow C++ start-up line, no absl prefix on our lines."""
+    from horovod_train import console
+    noise = console.noise_patterns(driver_loaded=False)
+    lines = text.splitlines()
+    assert not [line for line in lines if noise.fullmatch(line)], text[-3000:]
+    assert not [line for line in lines if re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d", line)], \
+        text[-3000:]
+    assert any(line.startswith("done  | steps") for line in lines), text[-3000:]
 
 
 def test_salloc_launch_run_srun(one_node, tmp_path):
