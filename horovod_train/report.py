@@ -137,12 +137,16 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
+# One order for every table, whichever parts each run measured (the parts as the line shows them).
+COLUMNS = ("run", "ranks", "steps", "samples/s", "per rank", "efficiency %", "step ms",
+           *(f"{part} %" for part in BREAKDOWN_PARTS), "accuracy")
+
+
 def format_table(rows: list[dict]) -> str:
     if not rows:
         return "(no runs)"
-    columns = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
+    seen = {c for row in rows for c in row}
+    columns = [c for c in COLUMNS if c in seen] + sorted(seen - set(COLUMNS))
     cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
