@@ -42,8 +42,13 @@ def visible_gpus() -> int:
 def quiet_non_chief(is_chief: bool):
     """Only the chief talks; other ranks keep warnings and errors. Called again when
     an elastic ring re-forms, since the chief may then be another process."""
-    _chief_verbosity.setdefault("level", logging.get_verbosity())  # the user's --verbosity
-    logging.set_verbosity(_chief_verbosity["level"] if is_chief else logging.WARNING)
+    if not is_chief:
+        _lowered_from.setdefault("level", logging.get_verbosity())  # the user's --verbosity
+        logging.set_verbosity(logging.WARNING)
+    elif "level" in _lowered_from:  # a former non-chief became the chief: its level back
+        logging.set_verbosity(_lowered_from.pop("level"))
 
 
-_chief_verbosity = {}
+# Kept only while this process is quieted, so a chief never holds on to a level it saw
+# once (a second run in the same process, e.g. a test, keeps the verbosity it sets).
+_lowered_from = {}

@@ -47,7 +47,8 @@ def _load(fmt, path, **kw):
 
 def _one_line_usage_error(err, *fragments):
     message = str(err.value)
-    assert "\n" not in message and "received" in message and "Fix:" in message
+    assert "\n" not in message and "Fix:" in message
+    assert "received" in message or ": not given;" in message, message
     for fragment in fragments:
         assert fragment in message, message
 
