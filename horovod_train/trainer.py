@@ -106,7 +106,8 @@ class Trainer:
         self.lr = learning_rate  # the schedule (value_at(step)), for the records
         self.gpu = None
         if self.instrument:  # every rank samples its own GPU; the chief gets the mean
-            self.gpu = _gpu_sampler(backend.info.local_rank)
+            from horovod_train.observe.nvml import sampler_for
+            self.gpu = sampler_for(backend.info.local_rank)
         self.model, self.per_epoch, self.total = model, per_epoch, total
         speed = config.speed
         self.step = TrainStep(model, optimizer, backend, StepOptions(
@@ -405,13 +406,3 @@ class Trainer:
         self.meter.excluded_s += time.perf_counter() - started
         self.watchdog.beat(self.global_step)
         return accuracy
-
-
-def _gpu_sampler(local_rank: int):
-    """Every rank samples its own GPU. Why NVML failed is worth a line only when TF sees a
-    GPU; on a CPU host the `gpu | no GPU visible` line has said it already."""
-    import tensorflow as tf
-
-    from horovod_train.observe.nvml import GpuSampler
-    sees_gpu = bool(tf.config.list_logical_devices("GPU"))
-    return GpuSampler(local_rank, say=logging.info if sees_gpu else (lambda *_args: None))

@@ -46,3 +46,11 @@ def combine(rows) -> tuple:
         return None, None
     n = len(reporting)
     return sum(r[0] for r in reporting) / n, sum(r[1] for r in reporting) / n
+
+
+def sampler_for(local_rank: int) -> GpuSampler:
+    """This rank's sampler. Why NVML failed is worth a line only when TF sees a GPU; on a
+    CPU host the `gpu | no GPU visible` line has said it already."""
+    import tensorflow as tf
+    sees_gpu = bool(tf.config.list_logical_devices("GPU"))
+    return GpuSampler(local_rank, say=logging.info if sees_gpu else (lambda *_args: None))
