@@ -88,9 +88,9 @@ class ChiefObserver(NullObserver):
             logging.info("scaling | 1-rank baseline %.0f samples/s (from %s)",
                          self.baseline, source)
         else:
-            logging.info("scaling | no 1-rank baseline for config key %s, so no efficiency: "
-                         "pass --baseline_samples_per_sec, or train once with 1 rank and "
-                         "--run_dir", self.key)
+            logging.info("scaling | no efficiency: no 1-rank run of this config (key %s) is "
+                         "known; train it once with 1 rank and --run_dir, or pass "
+                         "--baseline_samples_per_sec", self.key)
 
     def _open_sinks(self, start_record: dict):
         from horovod_train.observe.tensorboard import ScalarWriter
