@@ -72,7 +72,8 @@ def summarise(raw: dict) -> dict:
         rows.append({"cycle_ms": cycle, "cache": cache, "latency": lat,
                      "idle_cpu_per_s_per_rank": [statistics.median(col) for col in zip(*idle)],
                      "idle_cpu_rounds": idle})
-    return {"env": raw["env"], "rows": rows}
+    return {"env": raw["env"], "rows": rows,
+            "idle_cpu_no_horovod_r0": raw.get("idle_cpu_no_horovod_r0")}
 
 
 def _cell(lat: dict, key: str) -> str:
@@ -101,7 +102,9 @@ def report(r: dict) -> str:
             rows.append(cells)
         lines += [f"{controller}: median latency of one allreduce, us (min-max of round "
                   f"medians), 2 ranks; env {got['env']}",
-                  common.table(headers, rows), ""]
+                  common.table(headers, rows),
+                  f"idle CPU s/s of rank 0 with Horovod shut down: "
+                  f"{got.get('idle_cpu_no_horovod_r0') or float('nan'):.3f}", ""]
     lines.append(f"target: under {TARGET_US:.0f} us without idle CPU near 1 s/s (a spinning core)")
     return "\n".join(lines)
 

@@ -116,12 +116,15 @@ def main(argv=None):
             hvd.shutdown()
             runs.append({"round": rnd, "cycle_ms": float(cycle_ms), "cache": cache,
                          "per_rank": everyone})
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    time.sleep(args.idle_s)  # the same sleep with Horovod shut down: TF's own idle cost
+    baseline = (cpu_seconds() - cpu) / (time.perf_counter() - wall)
     if rank == 0:
         env = {k: os.environ.get(k) for k in ("OMPI_MCA_mpi_yield_when_idle",
                                                "HOROVOD_FUSION_THRESHOLD")}
         with open(args.out, "w") as f:
             json.dump({"controller": "mpi" if args.mpi else "gloo", "env": env,
-                       "runs": runs}, f)
+                       "runs": runs, "idle_cpu_no_horovod_r0": baseline}, f)
     print(json.dumps({"rank": rank, "done": True}), flush=True)
 
 
