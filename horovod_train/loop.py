@@ -124,7 +124,7 @@ def _train(config, trainer, state) -> tuple[float, dict]:
 
 
 def _summary(config, backend, trainer, accuracy, wall_start):
-    rate = trainer.train_samples / max(trainer.train_seconds, 1e-9)
+    rate = trainer.throughput.rate() or 0.0  # metrics.Throughput: THE samples/s
     per_rank = [float(r[0]) for r in metrics.gather_rows(backend, [rate])]
     digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
     return {

@@ -40,22 +40,6 @@ def step_batch(config) -> int:
     return config.data.batch_size * config.speed.grad_accum_steps
 
 
-# The sampled split step costs a few ms more than a fused one (three calls, two host
-# syncs); taking it at most once per this many steps keeps it near 1% of step time on
-# a 10 ms step. The first two intervals are always sampled (the first one traces).
-SPLIT_SAMPLE_STEPS = 100
-
-
-def sample_split(step: int, log_every: int) -> bool:
-    """Whether `step` (1-based) runs as the timed split step: the last step of an
-    interval, in the first two intervals and then every ~SPLIT_SAMPLE_STEPS steps."""
-    if step % log_every:
-        return False
-    interval = step // log_every
-    every = -(-SPLIT_SAMPLE_STEPS // log_every)  # intervals between samples
-    return interval <= 2 or interval % every == 0
-
-
 @dataclasses.dataclass(frozen=True)
 class Position:
     """Where training stands. The place in an epoch is counted in examples, not steps:
@@ -136,10 +120,6 @@ class Trainer:
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
-
-    # What the summary divides (loop.py): metrics.Throughput's one figure.
-    train_samples = property(lambda self: self.throughput.samples)
-    train_seconds = property(lambda self: self.throughput.seconds)
 
     # -- the loop -------------------------------------------------------------------
 
@@ -246,7 +226,7 @@ class Trainer:
         """One step on the next batch: (loss, finite, stop, seconds waited for it, split,
         which of the three ways it ran)."""
         if self.instrument and self.backend.supports_split_step and \
-                sample_split(self.global_step + 1, self.config.train.log_every):
+                metrics.sample_split(self.global_step + 1, self.config.train.log_every):
             x, y, waited = self._fetch(batch_iter)
             loss, finite, stop, parts = self.step.timed(x, y, *controls)
             return loss, finite, stop, waited, parts, "split"
