@@ -12,12 +12,12 @@ class UsageError(ValueError):
     """Bad user input; str(err) is the whole one-line message."""
 
 
-def usage_error(what: str, received, expected: str, fix: str) -> UsageError:
+def usage_error(what: str, received, expected: str, fix: str, kind=UsageError) -> UsageError:
     """Builds the standard message: `what: received X; expected Y. Fix: Z`; received None
-    (nothing was given) reads `what: not given; ...` as in launch and plan, never
-    "received None"."""
+    (nothing was given) reads `what: not given; ...` as in launch, never "received None".
+    `kind`: a UsageError subclass (the planner's PlanError)."""
     got = "not given" if received is None else f"received {received!r}"
-    return UsageError(f"{what}: {got}; expected {expected}. Fix: {fix}")
+    return kind(f"{what}: {got}; expected {expected}. Fix: {fix}")
 
 
 def is_finite_number(value) -> bool:

@@ -3,7 +3,7 @@
 PlanError is a horovod_train.errors.UsageError (so a ValueError): cli.main prints its
 one-line message (received / expected / fix) and returns 2, with no traceback.
 """
-from horovod_train.errors import UsageError
+from horovod_train.errors import UsageError, usage_error
 
 
 class PlanError(UsageError):
@@ -11,8 +11,7 @@ class PlanError(UsageError):
 
 
 def plan_error(what: str, received, expected: str, fix: str) -> PlanError:
-    got = "not given" if received is None else f"received {received!r}"  # as launch and the trainer
-    return PlanError(f"{what}: {got}; expected {expected}. Fix: {fix}")
+    return usage_error(what, received, expected, fix, kind=PlanError)  # the trainer's wording
 
 
 def unknown_name(what: str, received: str, known, flag: str) -> PlanError:
