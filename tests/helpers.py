@@ -2,6 +2,7 @@
 
 Tests that need TF import it themselves (tier 'tf')."""
 import os
+import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,3 +29,9 @@ def run_cli(args, timeout=600, env=None, cwd=None) -> subprocess.CompletedProces
     """Runs a command (argv list) and returns it; never hangs past `timeout`."""
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
                           env=env or child_env(), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+
+
+# A launcher's tag on a rank's line (mpi's [1,0]<stderr>:, gloo's [0]<stderr>:), and absl's
+# log prefix, which our console lines no longer carry (horovod_train/console.py).
+LAUNCHER_TAG = r"(?:\[\d+(?:,\d+)?\]<std(?:err|out)>:)?"
+ABSL_PREFIX = re.compile(LAUNCHER_TAG + r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")

@@ -16,14 +16,13 @@ import time
 
 import pytest
 
-from helpers import ROOT, child_env, run_cli
+from helpers import ABSL_PREFIX, LAUNCHER_TAG, ROOT, child_env, run_cli
 from ranks import horovodrun, mpirun
 
 pytestmark = pytest.mark.slow
 
-TAG = r"(?:\[\d+(?:,\d+)?\]<std(?:err|out)>:)?"  # mpi's [1,0]<stderr>:, gloo's [0]<stderr>:
+TAG = LAUNCHER_TAG
 OURS = re.compile(TAG + r"(?:gpu   |config |scaling |train |divergence |eval  |done  )\| ")
-ABSL_PREFIX = re.compile(TAG + r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
 LONG_NUMBER = re.compile(r"\d{10,}")  # a float's 16 digits (loss 0.0009377987735206261)
 BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/60 +\d+% \| (?:\d+|-) samples/s \| eta ")
 SHORT = ["--max_steps=60", "--log_every=20", "--eval_every_epochs=0", "--noinstrument"]

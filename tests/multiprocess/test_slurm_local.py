@@ -13,13 +13,12 @@ n2, each slurmd in its own network namespace (tests/netns/topology.py), so ranks
 different nodes talk over veth links, as on separate hosts.
 """
 import os
-import re
 import sys
 
 import pytest
 
 import slurm_fixture
-from helpers import run_cli
+from helpers import ABSL_PREFIX, run_cli
 from launch.ports import free_port_base
 from ranks import TRAIN, assert_ranks_identical, load_weights
 
@@ -155,8 +154,7 @@ def _console_is_ours(text: str):
     noise = console.noise_patterns(driver_loaded=False)
     lines = text.splitlines()
     assert not [line for line in lines if noise.fullmatch(line)], text[-3000:]
-    assert not [line for line in lines if re.match(r"[IWEF]\d{4} \d\d:\d\d:\d\d", line)], \
-        text[-3000:]
+    assert not [line for line in lines if ABSL_PREFIX.match(line)], text[-3000:]
     assert any(line.startswith("done  | steps") for line in lines), text[-3000:]
 
 
