@@ -21,6 +21,10 @@ def child_env(**extra) -> dict:
         if name.startswith(("OMPI_COMM_WORLD", "HOROVOD_RANK", "HOROVOD_SIZE", "PMI_", "SLURM_")) \
                 or name == "TF_CONFIG":
             del env[name]
+    # Nor make's recursion state (CI runs pytest under `make test`): a `make` a test starts
+    # would print "make[1]: Entering directory" where a user's shell prints nothing.
+    for name in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
+        env.pop(name, None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
