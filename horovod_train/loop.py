@@ -124,8 +124,10 @@ def _train(config, trainer, state) -> tuple[float, dict]:
 
 
 def _summary(config, backend, trainer, accuracy, wall_start):
-    rate = trainer.throughput.rate() or 0.0  # metrics.Throughput: THE samples/s
-    per_rank = [float(r[0]) for r in metrics.gather_rows(backend, [rate])]
+    tally = trainer.throughput  # metrics.Throughput: THE samples/s
+    rows = metrics.gather_rows(backend, [tally.rate() or 0.0, tally.cpu_s, tally.samples])
+    per_rank = [float(r[0]) for r in rows]
+    cpu_s, samples = float(rows[:, 1].sum()), float(rows[:, 2].sum())
     digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
     return {
         "world_size": backend.info.size,
@@ -151,6 +153,9 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         "eval_loss_history": trainer.eval_loss_history,
         "samples_per_sec": sum(per_rank),
         "samples_per_sec_per_rank": per_rank,
+        # User + system CPU of every rank over the same intervals, per sample trained:
+        # the cost that other processes' load on a shared host does not move.
+        "cpu_seconds_per_sample": cpu_s / samples if samples else None,
         "weight_digests": digests,
         "divergence_checks": trainer.divergence_checks,  # cross-rank comparisons that passed
         "wall_seconds": time.perf_counter() - wall_start,

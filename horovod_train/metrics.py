@@ -13,6 +13,13 @@ from horovod_train import filemode
 from horovod_train.errors import write_error
 
 
+def process_cpu_s() -> float:
+    """User + system CPU seconds of this process, all its threads (the OS's count:
+    TF's compute, tf.data's readers, Horovod's background thread)."""
+    t = os.times()
+    return t.user + t.system
+
+
 @dataclasses.dataclass
 class IntervalMeter:
     """Accumulates one logging interval on this rank.
@@ -32,6 +39,10 @@ class IntervalMeter:
     # A step of this interval traced or compiled a function: its rate is set-up cost,
     # not throughput (no efficiency, and Throughput leaves it out).
     traced: bool = False
+    # This process's CPU seconds over the same span as the wall clock (what other
+    # processes' load cannot move: bench/ reports efficiency in CPU-seconds per sample).
+    cpu_started: float = dataclasses.field(default_factory=process_cpu_s)
+    excluded_cpu_s: float = 0.0
 
     def add(self, samples: int, data_s: float, step_s: float, loss: float):
         self.steps += 1
@@ -39,6 +50,15 @@ class IntervalMeter:
         self.data_s += data_s
         self.step_s += step_s
         self.loss_sum += loss
+
+    def exclude(self, wall_started: float, cpu_started: float):
+        """Takes what ran since these clock readings (an evaluation, a graph inspection)
+        off the interval's wall and CPU time."""
+        self.excluded_s += time.perf_counter() - wall_started
+        self.excluded_cpu_s += process_cpu_s() - cpu_started
+
+    def cpu(self) -> float:
+        return max(process_cpu_s() - self.cpu_started - self.excluded_cpu_s, 0.0)
 
     def wall(self, now: float) -> float:
         # Never below the measured parts: clocks read microseconds apart can disagree.
@@ -101,14 +121,18 @@ class Throughput:
     steady_seconds: float = 0.0
     traced_samples: float = 0.0
     traced_seconds: float = 0.0
+    steady_cpu_s: float = 0.0
+    traced_cpu_s: float = 0.0
 
-    def add(self, samples: float, seconds: float, traced: bool):
+    def add(self, samples: float, seconds: float, traced: bool, cpu_s: float = 0.0):
         if traced:
             self.traced_samples += samples
             self.traced_seconds += seconds
+            self.traced_cpu_s += cpu_s
         else:
             self.steady_samples += samples
             self.steady_seconds += seconds
+            self.steady_cpu_s += cpu_s
 
     @property
     def steady(self) -> bool:
@@ -122,6 +146,11 @@ class Throughput:
     @property
     def seconds(self) -> float:
         return self.steady_seconds if self.steady else self.traced_seconds
+
+    @property
+    def cpu_s(self) -> float:
+        """This rank's CPU seconds over the same intervals as samples and seconds."""
+        return self.steady_cpu_s if self.steady else self.traced_cpu_s
 
     def rate(self) -> float | None:
         return self.samples / self.seconds if self.seconds > 0 else None

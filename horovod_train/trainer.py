@@ -270,9 +270,10 @@ class Trainer:
         self.meter.add(step_batch(self.config), waited, t2 - t0 - waited, loss)
         if self.graph_facts["collective_ops_per_step"] is None:
             # This process's first step: collectives counted (timed out, below).
+            cpu = metrics.process_cpu_s()
             self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
-            # Inspecting the graph is set-up, not training: off the interval's clock.
-            self.meter.excluded_s += time.perf_counter() - t2
+            # Inspecting the graph is set-up, not training: off the interval's clocks.
+            self.meter.exclude(t2, cpu)
         self.global_step += 1
         self.watchdog.beat(self.global_step)
         self.observer.after_step(self.global_step)
@@ -346,7 +347,7 @@ class Trainer:
         before = time.perf_counter()
         # The summary's tally takes the wall the gathered rate is computed from, before the
         # gather's own wait is known, so the report rebuilds exactly the same figure.
-        self.throughput.add(m.samples, m.wall(before), m.traced)
+        self.throughput.add(m.samples, m.wall(before), m.traced, m.cpu())
         rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
         # The gather waits for the slowest rank (e.g. one still tracing): that wait is
         # this interval's, shown as "sync".
@@ -373,7 +374,7 @@ class Trainer:
         from horovod_train.step import evaluate
         # Evaluation runs outside any strategy.run, on this rank's plain shard; the
         # counts are summed over ranks afterwards.
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), metrics.process_cpu_s()
         info = self.backend.info
         ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
         accuracy, loss, count = evaluate(self.model, ds, self.backend)
@@ -383,6 +384,6 @@ class Trainer:
                                          "loss": loss, "count": count,
                                          "seconds": time.perf_counter() - started})
         # Evaluation and its report are not training time.
-        self.meter.excluded_s += time.perf_counter() - started
+        self.meter.exclude(started, cpu)
         self.watchdog.beat(self.global_step)
         return accuracy

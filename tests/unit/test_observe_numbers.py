@@ -128,3 +128,27 @@ def test_an_interval_that_traced_shows_and_records_no_efficiency():
 def test_the_log_line_says_an_interval_traced():
     line = metrics.format_line(10, 40, 1.0, 12.0, {"data": 0.5, "compute": 0.5}, traced=True)
     assert line.startswith("train | step 10/40 | loss 1.0000 | 12 samples/s (includes tracing) |")
+
+
+def test_cpu_seconds_follow_the_steady_intervals():
+    tally = metrics.Throughput()
+    tally.add(100, 1.0, traced=True, cpu_s=9.0)
+    assert tally.cpu_s == 9.0  # every interval traced: they all count, as samples do
+    tally.add(200, 2.0, traced=False, cpu_s=3.0)
+    tally.add(200, 2.0, traced=False, cpu_s=5.0)
+    assert (tally.samples, tally.cpu_s) == (400, 8.0)
+
+
+def test_the_meter_counts_this_process_cpu_without_what_was_excluded():
+    meter = metrics.IntervalMeter()
+    busy = metrics.process_cpu_s() + 0.2
+    while metrics.process_cpu_s() < busy:  # burn 0.2 s of CPU in the interval
+        sum(range(1000))
+    counted = meter.cpu()
+    assert 0.19 <= counted < 5.0
+    wall, cpu = metrics.time.perf_counter(), metrics.process_cpu_s()
+    busy = cpu + 0.3
+    while metrics.process_cpu_s() < busy:  # an "evaluation": off the interval
+        sum(range(1000))
+    meter.exclude(wall, cpu)
+    assert abs(meter.cpu() - counted) < 0.05 and meter.excluded_s > 0.0
