@@ -24,6 +24,9 @@ PRECISIONS = contract.PRECISIONS
 COMPRESSIONS = contract.COMPRESSIONS
 PROGRESS_MODES = contract.PROGRESS_MODES
 JIT_MODES = contract.JIT_MODES
+# Gradient buckets (backends/buckets.py): a few per ResNet-18 (44 MiB of gradients), so
+# the first ones travel while backprop runs; small models fit in one.
+DEFAULT_BUCKET_MB = 4.0
 
 
 def option(default, help: str, *, choices: tuple | None = None):  # noqa: A002 - absl's word
@@ -53,6 +56,10 @@ class SpeedConfig:
     gradient_checkpointing: bool = option(False, "Recompute each model block's activations in "
                                           "the backward pass.")
     compression: str = option("none", "Gradients on the wire.", choices=COMPRESSIONS)
+    allreduce_bucket_mb: float = option(
+        DEFAULT_BUCKET_MB, "Gradients are reduced in buckets of about this many MiB, last "
+        "layers first, each sent as soon as backprop has produced it (overlapping the "
+        "backward pass); 0 = one grouped allreduce after it.")
     max_nonfinite_steps: int = option(20, "Stop after this many consecutive steps with "
                                       "non-finite gradients.")
     inject_nonfinite: str = option("", "Fault injection: STEP@RANK makes that rank's gradients "
@@ -67,6 +74,9 @@ class SpeedConfig:
             raise usage_error("--grad_accum_steps", self.grad_accum_steps, "an integer >= 1",
                               "pass --grad_accum_steps=1 (no accumulation) or more")
         check_positive("--max_nonfinite_steps", self.max_nonfinite_steps)
+        check_range("--allreduce_bucket_mb", self.allreduce_bucket_mb, 0.0,
+                    expected="0 (one grouped allreduce) or a finite positive number of MiB",
+                    fix=f"pass --allreduce_bucket_mb={DEFAULT_BUCKET_MB:g}")
         if self.inject_nonfinite:
             self.injection()  # validates
 

@@ -10,6 +10,7 @@ import os
 import tensorflow as tf
 
 from horovod_train import devices
+from horovod_train.backends import buckets
 from horovod_train.backends.base import Backend, ProcessInfo
 from horovod_train.errors import UsageError, check_choice
 from launch import contract
@@ -62,9 +63,10 @@ class HorovodBackend(Backend):
 
     def __init__(self, compression: str = "none", fusion_threshold_mb: float | None = None,
                  cycle_time_ms: float | None = None, hierarchical_allreduce: bool = False,
-                 timeline_path: str | None = None):
+                 timeline_path: str | None = None, bucket_mb: float = 0.0):
         super().__init__()
         check_choice("compression", compression, contract.COMPRESSIONS)
+        self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)
         self._hvd = _import_horovod()
         self.compression = compression
         self.timeline_path = timeline_path  # the loop says so when a backend has none
@@ -78,11 +80,13 @@ class HorovodBackend(Backend):
                 "fusion_threshold_mb": rt.fusion_threshold_mb or None,  # 0: Horovod's default
                 "cycle_time_ms": rt.cycle_time_ms or None,
                 "hierarchical_allreduce": rt.hierarchical_allreduce,
-                "timeline_path": timeline_path}
+                "timeline_path": timeline_path,
+                "bucket_mb": config.speed.allreduce_bucket_mb}
 
     def describe(self) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in sorted(self.knobs.items()))
-        return f"horovod (compression {self.compression}{', ' + knobs if knobs else ''})"
+        return (f"horovod (compression {self.compression}, {_bucket_text(self.bucket_bytes)}"
+                f"{', ' + knobs if knobs else ''})")
 
     def setup(self) -> ProcessInfo:
         from horovod_train.env import check_mpi_wired, launch_info
@@ -104,17 +108,30 @@ class HorovodBackend(Backend):
         return self.info
 
     def allreduce_gradients(self, grads, compression=None):
-        # One grouped call: Horovod fuses the whole group into as few ring passes as
-        # the fusion buffer allows, and every rank submits them in the same order.
+        # One grouped call per bucket (backends/buckets.py), last layers first: each is
+        # issued as soon as backprop has produced its gradients, so the early buckets
+        # travel while the rest is computed. Horovod fuses a bucket into as few ring
+        # passes as its fusion buffer allows; every rank builds the same buckets.
         grads = list(grads)
         compression = compression or self.compression
-        if compression == "bf16":
-            return self._allreduce_bf16(grads)
-        wire = tf.float16 if compression == "fp16" else None
+        reduce = self._allreduce_bf16 if compression == "bf16" else \
+            lambda part: self._allreduce(part, tf.float16 if compression == "fp16" else None)
+        sizes = [g.shape.num_elements() * g.dtype.size for g in grads]
+        out, wire = [None] * len(grads), 0
+        for bucket in buckets.buckets(sizes, self.bucket_bytes):
+            reduced, sent = reduce([grads[i] for i in bucket])
+            wire += sent
+            for i, r in zip(bucket, reduced):
+                out[i] = r
+        self.wire_bytes_per_step = wire
+        return out
+
+    def _allreduce(self, grads, wire):
+        """(means, bytes sent): one grouped allreduce, cast to `wire` for the trip."""
         sent = [tf.cast(g, wire) if wire else g for g in grads]
-        self.wire_bytes_per_step = sum(g.shape.num_elements() * g.dtype.size for g in sent)
         reduced = self._hvd.grouped_allreduce(sent, op=self._hvd.Average)
-        return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)]
+        return ([tf.cast(r, g.dtype) for r, g in zip(reduced, grads)],
+                sum(g.shape.num_elements() * g.dtype.size for g in sent))
 
     def graph_mean(self, tensors, compression=None) -> list:
         # Horovod's ops run in any tf.function, replica context or not.
@@ -129,10 +146,10 @@ class HorovodBackend(Backend):
         ring's 2(n-1)/n * S: less up to 3 ranks, more beyond - prefer fp16 at scale."""
         words = [tf.reshape(tf.bitcast(tf.cast(g, tf.bfloat16), tf.float16), [1, -1])
                  for g in grads]
-        self.wire_bytes_per_step = sum(w.shape.num_elements() * 2 for w in words)
         gathered = self._hvd.grouped_allgather(words)
-        return [tf.reshape(tf.reduce_mean(tf.cast(tf.bitcast(w, tf.bfloat16), g.dtype), axis=0),
-                           tf.shape(g)) for w, g in zip(gathered, grads)]
+        return ([tf.reshape(tf.reduce_mean(tf.cast(tf.bitcast(w, tf.bfloat16), g.dtype), axis=0),
+                            tf.shape(g)) for w, g in zip(gathered, grads)],
+                sum(w.shape.num_elements() * 2 for w in words))
 
     def allreduce_mean(self, value):
         return self._hvd.allreduce(value, op=self._hvd.Average)
@@ -155,3 +172,9 @@ class HorovodBackend(Backend):
     def elastic_driver(self, owner):
         from horovod_train.backends import horovod_elastic
         return horovod_elastic.KerasDriver(self, owner)
+
+
+def _bucket_text(bucket_bytes: int) -> str:
+    if bucket_bytes <= 0:
+        return "gradients in one grouped allreduce"
+    return f"gradient buckets of {bucket_bytes / 2 ** 20:g} MiB"

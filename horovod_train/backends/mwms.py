@@ -22,6 +22,7 @@ import tensorflow as tf
 from absl import logging
 
 from horovod_train import devices
+from horovod_train.backends import buckets
 from horovod_train.backends import tf_config as tfc
 from horovod_train.backends.base import Backend, ProcessInfo
 from horovod_train.data.sharding import ShardInfo
@@ -46,8 +47,11 @@ class MwmsBackend(Backend):
                                      "CollectiveGatherV2"})
 
     def __init__(self, collective: str = "auto", collective_timeout_s: float = 300.0,
-                 port_base: int = contract.DEFAULT_MWMS_PORT_BASE, compression: str = "none"):
+                 port_base: int = contract.DEFAULT_MWMS_PORT_BASE, compression: str = "none",
+                 bucket_mb: float = 0.0):
         super().__init__()
+        # TF packs the gradients itself, by the same rule as backends/buckets.py.
+        self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)
         check_choice("collective", collective, contract.COLLECTIVES)
         check_choice("compression", compression, contract.COMPRESSIONS)
         check_positive("collective_timeout_s", collective_timeout_s)
@@ -62,7 +66,8 @@ class MwmsBackend(Backend):
     def options_from_config(cls, config, timeline_path=None) -> dict:
         rt = config.runtime
         return {"collective": rt.collective, "collective_timeout_s": rt.collective_timeout_s,
-                "port_base": rt.mwms_port_base, "compression": config.speed.compression}
+                "port_base": rt.mwms_port_base, "compression": config.speed.compression,
+                "bucket_mb": config.speed.allreduce_bucket_mb}
 
     def describe(self) -> str:
         return (f"mwms (collective {self.collective}, timeout {self.timeout_s:g} s, "
@@ -84,7 +89,8 @@ class MwmsBackend(Backend):
                          requested, "GPU" if self.gpu.uses_gpu else "no GPU")
         tfc.rendezvous(workers, index, self.timeout_s)
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=self.timeout_s)
+            implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=self.timeout_s,
+            bytes_per_pack=self.bucket_bytes)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         self.info = ProcessInfo(index, len(workers), local_rank, local_size)
         return self.info
@@ -109,7 +115,8 @@ class MwmsBackend(Backend):
             lambda v: self.strategy.experimental_local_results(v)[0], outputs)
 
     def allreduce_gradients(self, grads):
-        # One batched all-reduce (MWMS packs the list) of the pre-divided gradients:
+        # One batched all-reduce (MWMS packs the list, in buckets of bytes_per_pack,
+        # last gradients first, each issued once computed) of the pre-divided gradients:
         # the SUM of g / n is the mean; compression casts what travels.
         scale = 1.0 / self.strategy.num_replicas_in_sync
         sent = [tf.cast(g * tf.cast(scale, g.dtype), self.wire_dtype(g)) for g in grads]

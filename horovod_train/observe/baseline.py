@@ -18,6 +18,7 @@ IGNORED = frozenset({
     "runtime.backend", "runtime.collective", "runtime.collective_timeout_s",
     "runtime.mwms_port_base", "runtime.fusion_threshold_mb", "runtime.cycle_time_ms",
     "runtime.hierarchical_allreduce", "runtime.seed", "speed.compression",
+    "speed.allreduce_bucket_mb",
     "speed.max_nonfinite_steps", "speed.inject_nonfinite",
     "train.epochs", "train.max_steps", "train.log_every", "train.eval_every_epochs",
     "train.eval_at_start", "train.checkpoint_dir", "train.checkpoint_every",

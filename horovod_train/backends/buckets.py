@@ -1,0 +1,35 @@
+"""Which gradients travel together: the one bucketing rule of the horovod backend.
+
+Backprop produces gradients from the last layer to the first, so the list (in the
+model's variable order) is walked backwards and cut into buckets of at least
+`bucket_bytes`. Each bucket is one collective, issued in the compiled step as soon as
+its gradients exist: the first buckets travel while the backward pass still computes
+the early layers' gradients. TF's MultiWorkerMirroredStrategy packs with the same rule
+(reverse, then group by size: CommunicationOptions.bytes_per_pack), so the mwms backend
+hands it the same size instead of cutting the list itself.
+
+TF-free: a pure function of byte sizes.
+"""
+
+
+def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
+    """Indices of `sizes` in buckets, last index first; every bucket but the final one
+    holds at least `bucket_bytes`. bucket_bytes <= 0: one bucket of everything (one
+    grouped call after the backward pass)."""
+    order = list(range(len(sizes) - 1, -1, -1))
+    if bucket_bytes <= 0:
+        return [order] if order else []
+    out, current, filled = [], [], 0
+    for i in order:
+        current.append(i)
+        filled += sizes[i]
+        if filled >= bucket_bytes:
+            out.append(current)
+            current, filled = [], 0
+    if current:
+        out.append(current)
+    return out
+
+
+def mib_to_bytes(mib: float) -> int:
+    return int(mib * 1024 * 1024)
