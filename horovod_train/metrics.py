@@ -77,16 +77,30 @@ class IntervalMeter:
         part), sync, the divergence guard (when it ran) and other (the rest). They add
         up to the wall time per step."""
         n = max(self.steps, 1)
-        parts = parts or {"step": 1.0}
-        part_total = sum(parts.values()) or 1.0
-        out = {"data": self.data_s / n}
-        for name, seconds in parts.items():
-            out[name] = self.step_s / n * seconds / part_total
+        out = {"data": self.data_s / n, **split_step(parts or {"step": 1.0}, self.step_s / n)}
         out["sync"] = self.sync_s / n
         if self.guard_s:  # only intervals that held a check: the guard's cost, shown
             out["guard"] = self.guard_s / n
         out["other"] = max(self.wall(now) - self._measured(), 0.0) / n
         return out
+
+
+def split_step(parts: dict, step_s: float) -> dict:
+    """A mean step of `step_s` seconds in the sampled split's parts (seconds each).
+
+    The split runs the allreduce after the whole backward pass, so its `comm` is all of
+    the communication; the fused step sends gradient buckets while backprop still runs
+    (backends/buckets.py) and waits only for what is left. So comm here is what the
+    step takes beyond the split's other parts, at most the split's comm: the exposed
+    communication. The other parts fill the rest in their own proportions."""
+    comm = parts.get("comm")
+    rest = sum(v for k, v in parts.items() if k != "comm")
+    if comm is None or rest <= 0:
+        total = sum(parts.values()) or 1.0
+        return {k: step_s * v / total for k, v in parts.items()}
+    exposed = min(comm, max(step_s - rest, 0.0))
+    return {k: exposed if k == "comm" else v * (step_s - exposed) / rest
+            for k, v in parts.items()}
 
 
 # The sampled split step costs a few ms more than a fused one (three calls, two host

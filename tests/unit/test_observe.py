@@ -53,6 +53,24 @@ def test_baseline_store_lookup_and_flag_precedence(tmp_path):
     assert baseline.lookup(cache, "k") == (None, None)  # damaged cache: no baseline, no crash
 
 
+def test_comm_is_what_the_step_waits_beyond_compute_and_update():
+    parts = {"compute": 0.06, "comm": 0.03, "optimizer": 0.01}
+    # No overlap: the step takes the split's sum, all of comm shows.
+    assert metrics.split_step(parts, 0.10) == pytest.approx(parts)
+    # Buckets hid 20 of the 30 ms of allreduce: 10 ms stay exposed.
+    hidden = metrics.split_step(parts, 0.08)
+    assert hidden == pytest.approx({"compute": 0.06, "comm": 0.01, "optimizer": 0.01})
+    # Faster than compute and update alone (a noisy sample): no comm, parts scaled down.
+    fast = metrics.split_step(parts, 0.035)
+    assert fast["comm"] == 0.0 and fast["compute"] == pytest.approx(0.03)
+    assert sum(fast.values()) == pytest.approx(0.035)
+    # Never more comm than the split measured, the rest in proportion.
+    slow = metrics.split_step(parts, 0.20)
+    assert slow["comm"] == pytest.approx(0.03) and sum(slow.values()) == pytest.approx(0.20)
+    assert metrics.split_step({"compute": 3.0, "optimizer": 1.0}, 0.2) == \
+        pytest.approx({"compute": 0.15, "optimizer": 0.05})
+
+
 def test_breakdown_adds_up_to_the_wall_time_per_step():
     m = metrics.IntervalMeter(started=100.0)
     for _ in range(4):
