@@ -33,3 +33,10 @@ def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
 
 def mib_to_bytes(mib: float) -> int:
     return int(mib * 1024 * 1024)
+
+
+def describe(bucket_bytes: int) -> str:
+    """For the backend's line in the resolved config."""
+    if bucket_bytes <= 0:
+        return "gradients in one grouped allreduce"
+    return f"gradient buckets of {bucket_bytes / 2 ** 20:g} MiB"

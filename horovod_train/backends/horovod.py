@@ -12,6 +12,7 @@ import tensorflow as tf
 from horovod_train import devices
 from horovod_train.backends import buckets
 from horovod_train.backends.base import Backend, ProcessInfo
+from horovod_train.config import DEFAULT_BUCKET_MB
 from horovod_train.errors import UsageError, check_choice
 from launch import contract
 
@@ -63,7 +64,7 @@ class HorovodBackend(Backend):
 
     def __init__(self, compression: str = "none", fusion_threshold_mb: float | None = None,
                  cycle_time_ms: float | None = None, hierarchical_allreduce: bool = False,
-                 timeline_path: str | None = None, bucket_mb: float = 0.0):
+                 timeline_path: str | None = None, bucket_mb: float = DEFAULT_BUCKET_MB):
         super().__init__()
         check_choice("compression", compression, contract.COMPRESSIONS)
         self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)
@@ -85,7 +86,7 @@ class HorovodBackend(Backend):
 
     def describe(self) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in sorted(self.knobs.items()))
-        return (f"horovod (compression {self.compression}, {_bucket_text(self.bucket_bytes)}"
+        return (f"horovod (compression {self.compression}, {buckets.describe(self.bucket_bytes)}"
                 f"{', ' + knobs if knobs else ''})")
 
     def setup(self) -> ProcessInfo:
@@ -173,8 +174,3 @@ class HorovodBackend(Backend):
         from horovod_train.backends import horovod_elastic
         return horovod_elastic.KerasDriver(self, owner)
 
-
-def _bucket_text(bucket_bytes: int) -> str:
-    if bucket_bytes <= 0:
-        return "gradients in one grouped allreduce"
-    return f"gradient buckets of {bucket_bytes / 2 ** 20:g} MiB"

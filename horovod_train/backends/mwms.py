@@ -25,6 +25,7 @@ from horovod_train import devices
 from horovod_train.backends import buckets
 from horovod_train.backends import tf_config as tfc
 from horovod_train.backends.base import Backend, ProcessInfo
+from horovod_train.config import DEFAULT_BUCKET_MB
 from horovod_train.data.sharding import ShardInfo
 from horovod_train.errors import check_choice, check_positive
 from launch import contract
@@ -48,7 +49,7 @@ class MwmsBackend(Backend):
 
     def __init__(self, collective: str = "auto", collective_timeout_s: float = 300.0,
                  port_base: int = contract.DEFAULT_MWMS_PORT_BASE, compression: str = "none",
-                 bucket_mb: float = 0.0):
+                 bucket_mb: float = DEFAULT_BUCKET_MB):
         super().__init__()
         # TF packs the gradients itself, by the same rule as backends/buckets.py.
         self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)
@@ -71,7 +72,7 @@ class MwmsBackend(Backend):
 
     def describe(self) -> str:
         return (f"mwms (collective {self.collective}, timeout {self.timeout_s:g} s, "
-                f"compression {self.compression})")
+                f"compression {self.compression}, {buckets.describe(self.bucket_bytes)})")
 
     def setup(self) -> ProcessInfo:
         config = tfc.resolve_tf_config(os.environ, self.port_base)

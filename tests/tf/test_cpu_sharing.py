@@ -34,11 +34,12 @@ def test_horovod_takes_its_own_options_only():
     from horovod_train import backends
     assert backends.options_of("horovod") == (
         "compression", "fusion_threshold_mb", "cycle_time_ms", "hierarchical_allreduce",
-        "timeline_path")
+        "timeline_path", "bucket_mb")
     with pytest.raises(backends.UsageError, match="received option\\(s\\) fusion_treshold_mb"):
         backends.create("horovod", fusion_treshold_mb=64)
     with pytest.raises(backends.UsageError, match="compression: received 'int8'"):
         backends.create("horovod", compression="int8")
     backend = backends.create("horovod", compression="fp16", cycle_time_ms=3)
-    assert backend.describe() == "horovod (compression fp16, HOROVOD_CYCLE_TIME=3)"
+    assert backend.describe() == \
+        "horovod (compression fp16, gradient buckets of 4 MiB, HOROVOD_CYCLE_TIME=3)"
     assert backend.chosen_env == {} and backend.timeline_path is None
