@@ -3,9 +3,11 @@ write one, with Horovod's defaults. Run it under horovodrun or mpirun (or alone)
 
   horovodrun -np 2 -H localhost:2 --gloo python bench/bare_horovod.py --steps 60
 
-It trains the same model on the same shapes as our program (digits_cnn on 32x32x3,
-Adam at 0.002 x size) on one fixed random batch, as Horovod's synthetic benchmark
-does, and prints one JSON line: img/sec per logging interval on this rank.
+It trains the same model on the same shapes as our program (--model from models/:
+digits_cnn or resnet18_cifar on 32x32x3, Adam at 0.002 x size) on one fixed random
+batch, as Horovod's synthetic benchmark does, and prints one JSON line: img/sec per
+logging interval on this rank, and this rank's user + system CPU seconds (os.times)
+over the timed steps with their wall seconds and images.
 Nothing here is ours: no CPU-sharing defaults, no pipeline, no fused step.
 """
 import argparse
@@ -19,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="digits_cnn", help="a name from models/")
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--shape", default="32,32,3")
     p.add_argument("--steps", type=int, default=60, help="timed steps after warm-up")
@@ -26,7 +29,10 @@ def parse(argv=None):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="intra- and inter-op threads")
     p.add_argument("--out_dir", default="", help="each rank also writes rank<N>.json here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.warmup < 1:  # the first step broadcasts rank 0's state
+        p.error(f"--warmup: received {args.warmup}; expected at least 1. Fix: --warmup=1")
+    return args
 
 
 def main(argv=None):
@@ -40,7 +46,7 @@ def main(argv=None):
     hvd.init()
 
     shape = tuple(int(s) for s in args.shape.split(","))
-    model = models.get_model("digits_cnn", input_shape=shape, num_classes=10)
+    model = models.get_model(args.model, input_shape=shape, num_classes=10)
     # Horovod's recipe: scale the learning rate by the number of workers.
     opt = keras.optimizers.Adam(0.002 * hvd.size())
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -63,15 +69,20 @@ def main(argv=None):
         return loss
 
     for i in range(args.warmup):
-        training_step(data, target, i == 0)
-    rates = []
+        loss = training_step(data, target, i == 0)
+    float(loss)  # the warm-up has finished before the clocks start
+    rates, cpu_start, wall_start = [], os.times(), time.perf_counter()
     for _ in range(args.steps // args.interval):
         start = time.perf_counter()
         for _ in range(args.interval):
             loss = training_step(data, target, False)
         float(loss)  # wait for the last step of the interval
         rates.append(args.batch_size * args.interval / (time.perf_counter() - start))
+    cpu_end, wall = os.times(), time.perf_counter() - wall_start
+    cpu_s = (cpu_end.user - cpu_start.user) + (cpu_end.system - cpu_start.system)
     result = json.dumps({"rank": hvd.rank(), "size": hvd.size(), "img_per_sec": rates,
+                         "cpu_s": cpu_s, "seconds": wall, "model": args.model,
+                         "images": args.batch_size * args.interval * len(rates),
                          "env": {k: os.environ.get(k) for k in
                                  ("HOROVOD_CYCLE_TIME", "OMPI_MCA_mpi_yield_when_idle")}})
     print(result, flush=True)

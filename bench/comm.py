@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import common  # noqa: E402
 
 M3_TARGET, M3_FROM = 0.9, 64 << 20
+FULL_ROUNDS = 3  # comm_worker.py's default --rounds
 
 
 def measure(short: bool) -> dict:
@@ -45,10 +46,6 @@ def report(r: dict) -> str:
            x["ours_busbw"], x["mpi4py_busbw"], f"{x['ratio']:.2f}"] for x in r["m3"]]
     m4 = r["m4"]
     m4_rows = [[name, f"{1e3 * s:.2f}"] for name, s in m4["seconds"].items()]
-    m5 = [[x["k"], x["collective_ops_per_step"], x["samples_per_step"],
-           f"{x['collective_ops_per_step'] / x['k']:.3g}",
-           f"{x['samples_per_sec']['allreduce']:.1f}", f"{x['samples_per_sec']['no_comm']:.1f}",
-           f"{x['efficiency']:.3f}"] for x in r["m5"]]
     return "\n".join([
         f"M3 allreduce, {r['ranks']} ranks, MPI controller, float32 (env {r['env']})",
         common.table(["size", "ours us", "mpi4py us", "ours busbw GB/s", "mpi4py busbw GB/s",
@@ -61,11 +58,34 @@ def report(r: dict) -> str:
         f"fusion gain (one eager call per tensor / grouped) = {m4['fusion_gain']:.1f}x; "
         f"grouped / one tensor of the same bytes = {m4['grouped_over_one_tensor']:.2f}",
         "",
-        "M5 accumulation: digits_cnn 32x32x3, micro-batch 64, 2 ranks x 1 thread; efficiency "
-        "= our step with its allreduce / the same step without (both on 2 live ranks)",
-        common.table(["k", "allreduce ops/step", "samples/step", "ops per micro-batch",
-                      "img/s per rank", "no-comm img/s", "efficiency"], m5),
+        *m5_lines(r["m5"]),
     ])
+
+
+def m5_lines(rows: list) -> list:
+    """The M5 table (wall and CPU efficiency with their ranges over the rounds) and the
+    k=1 split into the no-comm work, extra CPU work and waiting."""
+    m5 = [[x["k"], x["collective_ops_per_step"], f"{x['collective_ops_per_step'] / x['k']:.3g}",
+           f"{x['samples_per_sec']['allreduce']:.1f}", f"{x['samples_per_sec']['no_comm']:.1f}",
+           f"{1e3 * x['cpu_s_per_sample']['allreduce']:.2f}",
+           f"{1e3 * x['cpu_s_per_sample']['no_comm']:.2f}",
+           f"{x['efficiency']:.3f}", common.fmt_range(x["split"]["wall_range"], digits=3),
+           f"{x['cpu_efficiency']:.3f}", common.fmt_range(x["split"]["cpu_range"], digits=3)]
+          for x in rows]
+    rounds = rows[0]["split"]["repeats"]
+    fewer = (f" (short version: fewer than the full version's {FULL_ROUNDS})"
+             if rounds < FULL_ROUNDS else "")
+    return [
+        "M5 accumulation: digits_cnn 32x32x3, micro-batch 64, 2 ranks x 1 thread; efficiency "
+        "= our step with its allreduce / the same step without (both on 2 live ranks), in wall "
+        f"clock and CPU-seconds per image (all ranks); {rounds} interleaved rounds{fewer}, "
+        "ranges over rounds",
+        common.table(["k", "allreduce ops/step", "ops per micro-batch", "img/s per rank",
+                      "no-comm img/s", "CPU ms/img", "no-comm CPU ms/img", "wall eff", "range",
+                      "CPU eff", "range"], m5),
+        *(f"k={x['k']} (the step without comm as the 1-rank work): {common.interpret(x['split'])}"
+          for x in rows if x["k"] == 1),
+    ]
 
 
 if __name__ == "__main__":

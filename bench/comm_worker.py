@@ -41,12 +41,20 @@ class Clock:
         self.comm = comm
 
     def seconds(self, fn, iters: int) -> float:
+        return self.timed(fn, iters)[0]
+
+    def timed(self, fn, iters: int) -> tuple:
+        """(wall seconds, CPU seconds of every rank summed) per call of fn; CPU is each
+        rank's user + system (os.times) over its calls, the final barrier excluded."""
         self.comm.Barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), os.times()
         for _ in range(iters):
             fn()
+        end = os.times()
         self.comm.Barrier()
-        return (time.perf_counter() - start) / iters
+        wall = time.perf_counter() - start
+        mine = (end.user - cpu.user) + (end.system - cpu.system)
+        return wall / iters, self.comm.allreduce(mine) / iters
 
 
 def _ours_allreduce(tf, backend):
@@ -116,11 +124,13 @@ def m4(tf, backend, comm, clock, args) -> dict:
 
 
 def m5(tf, backend, comm, clock, args) -> list:
-    """Per k: collective ops per optimizer step, and the rate of our fused step with its
-    allreduce over the same step without it (local backend), both on 2 live ranks:
-    the share of throughput the communication leaves."""
+    """Per k: collective ops per optimizer step, and our fused step with its allreduce
+    against the same step without it (local backend), both on 2 live ranks, in wall
+    clock and in CPU-seconds per image (all ranks): the share the communication leaves,
+    and how much of its cost is CPU work and how much waiting (common.efficiency)."""
     import keras
     import models
+    from bench import common
     from horovod_train.backends.local import LocalBackend
     from horovod_train.step import StepOptions, TrainStep
     local = LocalBackend()
@@ -139,15 +149,21 @@ def m5(tf, backend, comm, clock, args) -> list:
         runs = {name: (lambda s=s: float(s.fused(x, y, *no)[0])) for name, s in steps.items()}
         for fn in runs.values():
             fn()
-        times = {name: [] for name in runs}
-        for _ in range(args.rounds):
+        per_round = {name: [] for name in runs}
+        samples = k * args.batch_size  # per rank and step
+        for _ in range(args.rounds):  # interleaved: with, without, with, ...
             for name, fn in runs.items():
-                times[name].append(clock.seconds(fn, args.steps))
-        rate = {name: k * args.batch_size / statistics.median(t) for name, t in times.items()}
+                wall, cpu = clock.timed(fn, args.steps)
+                per_round[name].append({"rate": samples / wall, "cpu": cpu / (samples * comm.size)})
+        eff = common.efficiency(per_round["no_comm"], per_round["allreduce"])
         ops = steps["allreduce"].collective_ops_per_step(x, y)
         rows.append({"k": k, "collective_ops_per_step": ops,
-                     "samples_per_step": k * args.batch_size,
-                     "samples_per_sec": rate, "efficiency": rate["allreduce"] / rate["no_comm"],
+                     "samples_per_step": samples, "rounds": per_round,
+                     "samples_per_sec": {n: statistics.fmean(r["rate"] for r in v)
+                                         for n, v in per_round.items()},
+                     "cpu_s_per_sample": {n: statistics.fmean(r["cpu"] for r in v)
+                                          for n, v in per_round.items()},
+                     "efficiency": eff["wall"], "cpu_efficiency": eff["cpu"], "split": eff,
                      "wire_bytes_per_step": backend.wire_bytes_per_step})
     return rows
 

@@ -173,6 +173,64 @@ def interval_shares(log: str, name: str, skip: int = 2) -> list:
     return out[skip:]
 
 
+# --- CPU cost beside wall clock ---------------------------------------------------
+# Wall-clock efficiency moves with whatever else runs on the host; CPU-seconds per image
+# (user + system of every rank, from the OS) does not. Together they split the n-rank
+# time per image into the 1-rank work, extra CPU work and waiting.
+
+def cost_split(wall_eff: float, cpu_eff: float) -> dict:
+    """Shares of the n-rank time per image, from wall efficiency E_w (n-rank img/s per
+    rank / 1-rank img/s) and CPU efficiency E_c (1-rank CPU-s/img / n-rank CPU-s/img):
+      work      = E_w              the 1-rank run's time for the same images
+      extra_cpu = E_w / E_c - E_w  the added CPU-seconds, at the 1-rank run's busy share
+      waiting   = 1 - E_w / E_c    the rest: idle, blocked, or runnable behind other load
+    They sum to 1. E_w below E_c means waiting; E_c below 1 means extra CPU work.
+    waiting < 0: the ranks kept more cores busy per image than the 1-rank run did."""
+    if not (math.isfinite(wall_eff) and math.isfinite(cpu_eff)) or cpu_eff <= 0:
+        return {"work": wall_eff, "extra_cpu": float("nan"), "waiting": float("nan")}
+    return {"work": wall_eff, "extra_cpu": wall_eff / cpu_eff - wall_eff,
+            "waiting": 1 - wall_eff / cpu_eff}
+
+
+def efficiency(one: list, many: list) -> dict:
+    """Wall and CPU efficiency of paired, interleaved repeats. `one` and `many`: per
+    repeat {"rate": img/s per rank, "cpu": CPU-s per image (all ranks)}, repeat i of
+    `many` measured right after repeat i of `one`. The figures are ratios of the means
+    over repeats; the ranges are the per-repeat ratios' min and max."""
+    def figures(num, den):
+        per = [ratio(a, b) for a, b in zip(num, den)]
+        return ratio(statistics.fmean(num), statistics.fmean(den)), [min(per), max(per)]
+    wall, wall_range = figures([r["rate"] for r in many], [r["rate"] for r in one])
+    cpu, cpu_range = figures([r["cpu"] for r in one], [r["cpu"] for r in many])
+    return {"wall": wall, "wall_range": wall_range, "cpu": cpu, "cpu_range": cpu_range,
+            "repeats": len(many), **cost_split(wall, cpu)}
+
+
+def interpret(eff: dict) -> str:
+    """One line saying, from the numbers, where the n-rank run's time went."""
+    work, extra, wait = eff["work"], eff["extra_cpu"], eff["waiting"]
+    if not all(map(math.isfinite, (work, extra, wait))):
+        return "no split: a CPU or wall figure is missing"
+    text = (f"{100 * work:.0f}% the 1-rank work, {100 * extra:+.0f}% extra CPU work, "
+            f"{100 * wait:+.0f}% waiting")
+    if 1 - work < 0.02:
+        return f"{text}: no measurable loss"
+    if wait < 0:
+        return (f"{text}: no waiting; the ranks kept more cores busy per image than 1 rank "
+                f"did (a background thread on another core), hiding part of the extra CPU")
+    cause = ("extra CPU work (communication's CPU, polling, contention)" if extra > wait
+             else "waiting (idle or blocked in communication, or descheduled by other load)")
+    return f"{text}: the loss of {100 * (1 - work):.0f}% is mostly {cause}"
+
+
+def fmt_range(values, scale: float = 1.0, digits: int = 2) -> str:
+    """'lo..hi' of values (times scale), '-' when empty or not finite."""
+    vals = [scale * float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return "-"
+    return f"{min(vals):.{digits}f}..{max(vals):.{digits}f}"
+
+
 # --- output -----------------------------------------------------------------------
 
 def table(headers, rows) -> str:

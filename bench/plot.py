@@ -8,6 +8,7 @@ with its value, and its target marked met or missed (in the title, and on each b
 the target applies to). The labelling rules are horovod_train/observe/plots.py's.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -94,19 +95,77 @@ def m1(ax, r):
            f"<= {target:g}", ok)
 
 
-def m2(ax, r):
-    eff, target = r["efficiency"], r["target"]
-    keys = ["ours/gloo", "bare/gloo", "ours/mpi", "bare/mpi", "mwms"]
-    labels = ["ours Gloo", "bare hvd Gloo", "ours MPI", "bare hvd MPI", "ours mwms"]
-    oks = [eff[k] >= target if k.startswith("ours/") else None for k in keys]
+M2_KEYS = ("ours/gloo", "bare/gloo", "ours/mpi", "bare/mpi", "mwms")
+M2_LABELS = ("ours Gloo", "bare hvd Gloo", "ours MPI", "bare hvd MPI", "ours mwms")
+CPU_BARS = "tab:olive"
+
+
+def m2_models(r) -> dict:
+    """model -> {"wall": {key: efficiency}, "cpu": {key: efficiency} or None, "target"}
+    from bench/scaling.py's JSON; an older file (one model, wall clock only) too."""
+    if "models" not in r:
+        return {"digits_cnn": {"wall": r["efficiency"], "cpu": None, "target": r["target"]}}
+    return {name: {"wall": {k: e["wall"] for k, e in fig["efficiency"].items()},
+                   "cpu": {k: e["cpu"] for k, e in fig["efficiency"].items()},
+                   "target": fig["target"]} for name, fig in r["models"].items()}
+
+
+def _pair_bars(ax, labels, wall, cpu, wall_texts, wall_colors):
+    """Wall-clock bars (coloured by verdict) with hatched CPU-efficiency bars beside
+    them, each labelled upright above itself so that neighbours never run together; the
+    x label says which is which (a legend outside would narrow every panel)."""
+    width = 0.4 if cpu else 0.8
+    xs = [i - (width / 2 if cpu else 0) for i in range(len(wall))]
+    series = [(xs, wall, wall_texts, wall_colors, None)]
+    if cpu:
+        series.append(([x + width for x in xs], cpu, [f"{v:.0f}% CPU" for v in cpu],
+                       [CPU_BARS] * len(cpu), "//"))
+        ax.set_xlabel("solid: wall clock; hatched: CPU-s per image")
+    for x, values, texts, colors, hatch in series:
+        bars = ax.bar(x, values, width, color=colors, hatch=hatch)
+        for bar, text in zip(bars, texts):
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        textcoords="offset points", xytext=(0, 3), ha="center", va="bottom",
+                        rotation=90, color=bar.get_facecolor() if text.endswith("missed")
+                        else "black")
+    ax.set_xticks(range(len(wall)), [textwrap.fill(t, max(6, 56 // len(wall))) for t in labels])
+    ax.set_ylabel("efficiency (%)")
+    ax.set_ylim(0, 1.5 * max(100, *wall, *(cpu or ())))
+
+
+def m2(ax, r, model=None):
+    figs = m2_models(r)
+    fig = figs[model or next(iter(figs))]
+    eff, target = fig["wall"], fig["target"]
+    oks = [eff[k] >= target if k.startswith("ours/") else None for k in M2_KEYS]
     texts = [f"{100 * eff[k]:.0f}%" + (f" {verdict(ok)}" if ok is not None else "")
-             for k, ok in zip(keys, oks)]
-    _bars(ax, labels, [100 * eff[k] for k in keys], texts, _verdict_colors(oks),
-          ylabel="efficiency (%)")
+             for k, ok in zip(M2_KEYS, oks)]
+    cpu = [100 * fig["cpu"][k] for k in M2_KEYS] if fig["cpu"] else None
+    _pair_bars(ax, M2_LABELS, [100 * eff[k] for k in M2_KEYS], cpu, texts, _verdict_colors(oks))
     _target_line(ax, 100 * target, f"{100 * target:.0f}%")
-    ax.set_ylim(0, 1.2 * max(100, *(100 * eff[k] for k in keys)))
-    _title(ax, "M2 efficiency, 2 ranks / 1 rank (Horovod Gloo, MPI; mwms)",
-           f"ours >= {100 * target:.0f}%", all(ok for ok in oks if ok is not None))
+    _title(ax, f"M2 {model or next(iter(figs))}: efficiency, 2 ranks / 1 rank",
+           f"ours >= {100 * target:.0f}% (wall)", all(ok for ok in oks if ok is not None))
+
+
+def m2_overlap(ax, r):
+    """Gradient buckets during backprop vs one allreduce after it (ours, Gloo)."""
+    name, fig = next((n, f) for n, f in r["models"].items()
+                     if "ours/gloo/bucket0" in f["efficiency"])
+    effs = [fig["efficiency"][k] for k in ("ours/gloo", "ours/gloo/bucket0")]
+    shares = [fig.get("comm_share", {}).get(k) for k in ("ours/2/gloo", "ours/2/gloo/bucket0")]
+    _pair_bars(ax, ["4 MiB buckets (default)", "0: one call after backprop"],
+               [100 * e["wall"] for e in effs], [100 * e["cpu"] for e in effs],
+               [f"{100 * e['wall']:.0f}%" for e in effs], [OURS, OTHERS])
+    comm = ", ".join("-" if s is None else f"{100 * s:.0f}%" for s in shares)
+    _title(ax, f"M2 overlap, {name}, ours Gloo: --allreduce_bucket_mb\n"
+               f"logged comm share {comm}")
+
+
+def _m2_panels(r) -> list:
+    panels = [functools.partial(m2, model=name) for name in m2_models(r)]
+    if any("ours/gloo/bucket0" in f["efficiency"] for f in r.get("models", {}).values()):
+        panels.append(m2_overlap)
+    return panels
 
 
 def m3(ax, r):
@@ -146,10 +205,15 @@ def m5_efficiency(ax, r):
     from horovod_train.observe import plots
     ks = [x["k"] for x in r["m5"]]
     effs = [100 * x["efficiency"] for x in r["m5"]]
-    ax.plot(ks, effs, "o-", color=OURS)
+    ax.plot(ks, effs, "o-", color=OURS, label="wall clock")
     plots.label_points(ax, ks, effs, [f"{e:.0f}%" for e in effs])
+    cpu = [100 * x["cpu_efficiency"] for x in r["m5"] if "cpu_efficiency" in x]
+    if len(cpu) == len(ks):  # issue 23's files: CPU-s per image too, labelled below
+        ax.plot(ks, cpu, "s--", color=CPU_BARS, label="CPU-s per image")
+        plots.label_points(ax, ks, cpu, [f"{c:.0f}%" for c in cpu], offset=(0, -16))
+        plots.legend_outside(ax)
     ax.axhline(100, color=OTHERS, ls=":")
-    ax.set_ylim(0, 1.2 * max(100, *effs))
+    ax.set_ylim(0, 1.2 * max(100, *effs, *cpu))
     _k_axis(ax, ks)
     ax.set_ylabel("efficiency (%)")
     _title(ax, "M5 accumulation, 2 ranks: step with allreduce / without")
@@ -203,7 +267,8 @@ def m6_wait(ax, r):
            all(oks))
 
 
-PANELS = (("m1_overhead", m1), ("m2_scaling", m2), ("comm", m3), ("comm", m4),
+# A file's panels: one function, or (for M2) a function of the data listing them.
+PANELS = (("m1_overhead", m1), ("m2_scaling", _m2_panels), ("comm", m3), ("comm", m4),
           ("comm", m5_efficiency), ("comm", m5_ops), ("m6_input", m6_headroom),
           ("m6_input", m6_wait))
 COLUMNS = 2
@@ -213,7 +278,8 @@ def figure(in_dir: str):
     """The figure of every panel whose JSON is in in_dir, or None when there is none."""
     from horovod_train.observe import plots
     import matplotlib.pyplot as plt
-    present = [(fn, data) for name, fn in PANELS if (data := _load(in_dir, name)) is not None]
+    present = [(panel, data) for name, fn in PANELS if (data := _load(in_dir, name)) is not None
+               for panel in (fn(data) if fn is _m2_panels else [fn])]
     if not present:
         return None
     rows = -(-len(present) // COLUMNS)

@@ -15,38 +15,61 @@ from bench import common
 MODEL_FLAGS = ["--model=digits_cnn", "--dataset=synthetic", "--synthetic_shape=32,32,3",
                "--synthetic_examples=8192", "--batch_size=64", "--eval_every_epochs=0"]
 INTERVAL = 10  # steps per logged interval; the first two intervals are warm-up
+# Issue 23's realistic model: ~2-4 s a step per rank on one core, so short intervals.
+RESNET_FLAGS = ["--model=resnet18_cifar", "--dataset=synthetic", "--synthetic_shape=32,32,3",
+                "--synthetic_examples=2048", "--batch_size=32", "--eval_every_epochs=0"]
 
 
-def ours_flags(steps: int, threads: int = 1, extra=()) -> list:
-    return MODEL_FLAGS + [f"--max_steps={steps}", f"--log_every={INTERVAL}",
-                          f"--intra_op_threads={threads}", f"--inter_op_threads={threads}",
-                          *extra]
+def model_name(flags) -> str:
+    return next(f.split("=", 1)[1] for f in flags if f.startswith("--model="))
 
 
-def ours(prefix: list, steps: int, threads: int = 1, extra=(), timeout=900) -> dict:
+def ours_flags(steps: int, threads: int = 1, extra=(), model=MODEL_FLAGS,
+               interval: int = INTERVAL) -> list:
+    return model + [f"--max_steps={steps}", f"--log_every={interval}",
+                    f"--intra_op_threads={threads}", f"--inter_op_threads={threads}", *extra]
+
+
+def _from_summary(summary: dict, log: str) -> dict:
+    """The figures both of our backends report: wall rate per rank and CPU-s per image
+    over the same steady intervals (summary.json), and the chief's logged comm shares."""
+    per_rank = summary["samples_per_sec_per_rank"]
+    return {"rate": sum(per_rank) / len(per_rank), "cpu": summary.get("cpu_seconds_per_sample"),
+            "comm_share": common.interval_shares(log, "comm", skip=1),
+            "summary_per_rank": per_rank}
+
+
+def ours(prefix: list, steps: int, threads: int = 1, extra=(), timeout=900,
+         model=MODEL_FLAGS, interval: int = INTERVAL) -> dict:
     """Our program under `prefix` (a launcher argv, or [] for one process)."""
-    summary, log = common.train(prefix, ours_flags(steps, threads, extra), timeout)
+    summary, log = common.train(prefix, ours_flags(steps, threads, extra, model, interval),
+                                timeout)
     size = summary["world_size"]
     rates = [r / size for r in common.interval_rates(log)]
     return {"per_rank": rates or summary["samples_per_sec_per_rank"], "ranks": size,
             "from": "log intervals" if rates else "summary",
             "data_share": common.interval_shares(log, "data"),
-            "summary_per_rank": summary["samples_per_sec_per_rank"],
-            "chosen_env": "CPU-sharing defaults chosen" in log}
+            "chosen_env": "CPU-sharing defaults chosen" in log, **_from_summary(summary, log)}
 
 
-def bare(prefix: list, steps: int, threads: int = 1, timeout=900) -> dict:
+def bare(prefix: list, steps: int, threads: int = 1, timeout=900, model: str = "digits_cnn",
+         batch_size: int = 64, interval: int = INTERVAL, warmup: int = 2 * INTERVAL) -> dict:
     """The bare Horovod loop (bench/bare_horovod.py) under `prefix`."""
     with tempfile.TemporaryDirectory() as tmp:
         common.run(prefix + [common.PY, os.path.join(common.ROOT, "bench", "bare_horovod.py"),
-                             f"--steps={steps}", f"--interval={INTERVAL}", f"--out_dir={tmp}",
-                             f"--warmup={2 * INTERVAL}", f"--threads={threads}"], timeout)
+                             f"--model={model}", f"--batch_size={batch_size}",
+                             f"--steps={steps}", f"--interval={interval}", f"--out_dir={tmp}",
+                             f"--warmup={warmup}", f"--threads={threads}"], timeout)
         results = []
         for name in sorted(os.listdir(tmp)):
             with open(os.path.join(tmp, name)) as f:
                 results.append(json.load(f))
+    # Each rank's rate over all its timed steps; CPU of every rank over every image.
+    rates = [r["images"] / r["seconds"] for r in results]
     return {"per_rank": [r for res in results for r in res["img_per_sec"]],
-            "ranks": len(results), "env": results[0]["env"]}
+            "ranks": len(results), "env": results[0]["env"],
+            "rate": sum(rates) / len(rates),
+            "cpu": sum(r["cpu_s"] for r in results) / sum(r["images"] for r in results)}
 
 
 def keras_fit(steps: int, threads: int = 1, timeout=900) -> dict:
@@ -64,5 +87,4 @@ def mwms(np_: int, flags: list, timeout=900) -> dict:
         "--backend=mwms", f"--mwms_port_base={common.free_port_base(np_)}", *flags], timeout)
     rates = [r / np_ for r in common.interval_rates(log)]
     return {"per_rank": rates or summary["samples_per_sec_per_rank"], "ranks": np_,
-            "from": "log intervals" if rates else "summary",
-            "summary_per_rank": summary["samples_per_sec_per_rank"]}
+            "from": "log intervals" if rates else "summary", **_from_summary(summary, log)}

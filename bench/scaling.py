@@ -1,71 +1,166 @@
-"""M2: data-parallel efficiency, ours vs a bare Horovod loop, MPI and Gloo; and our
-horovod backend vs mwms on the same model.
+"""M2: data-parallel efficiency, ours vs a bare Horovod loop, MPI and Gloo; our horovod
+backend vs mwms; on resnet18_cifar (the headline) and digits_cnn; and gradient buckets
+(overlap with backprop) vs one allreduce after the backward pass.
 
-  python bench/scaling.py [--short] [--out runs/bench/m2_scaling.json]
+  python bench/scaling.py [--short | --smoke] [--out runs/bench/m2_scaling.json]
 
 Efficiency = img/sec per rank with 2 ranks x 1 thread over img/sec with 1 rank x 1
-thread (the 1-rank runs use horovodrun -np 1, the same launcher). Everything runs in
-one invocation, interleaved per repeat, so machine load hits all alike. The bare
-loop keeps Horovod's defaults (none of our CPU-sharing settings reach it); ours
-chooses its own. Target: ours >= 0.93.
+thread (the 1-rank runs use horovodrun -np 1, the same launcher), in wall clock AND in
+CPU-seconds per image (user + system of every rank, from the OS), which other
+processes' load does not move; common.cost_split turns the two into the 1-rank work,
+extra CPU work and waiting. Every run is repeated, interleaved (all configs of repeat
+1, then of repeat 2, ...), so machine load hits all alike; the ranges are the
+per-repeat figures' min..max. The bare loop keeps Horovod's defaults (none of our
+CPU-sharing settings reach it); ours chooses its own. Targets: ours >= 0.93 on
+resnet18_cifar, >= 0.90 on digits_cnn, Gloo and MPI (wall clock).
 """
+import argparse
+import dataclasses
+import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import common, runs  # noqa: E402
+from bench import common, runs, scaling_report  # noqa: E402
 
-TARGET = 0.93
 CONTROLLERS = ("gloo", "mpi")
+BUCKET0 = "ours/2/gloo/bucket0"
 
 
-def _one_repeat(steps: int, bare_steps: int) -> dict:
-    out = {"ours/1": runs.ours(common.launcher("gloo", 1), steps),
-           "bare/1": runs.bare(common.launcher("gloo", 1), bare_steps)}
+@dataclasses.dataclass(frozen=True)
+class Model:
+    flags: list
+    target: float
+    batch: int
+    interval: int  # steps per logged interval; the first traces, the rest are timed
+    steps: dict  # version -> steps of our runs
+    overlap: bool = False  # also run --allreduce_bucket_mb=0 beside the default
+
+    @property
+    def name(self) -> str:
+        return runs.model_name(self.flags)
+
+
+MODELS = (
+    Model(runs.RESNET_FLAGS, 0.93, 32, 3, {"smoke": 6, "short": 12, "full": 21}, overlap=True),
+    Model(runs.MODEL_FLAGS, 0.90, 64, runs.INTERVAL, {"smoke": 20, "short": 40, "full": 80}),
+)
+REPEATS = {"smoke": 1, "short": 2, "full": 3}
+LABELS = {"ours/1": "ours, 1 rank", "bare/1": "bare Horovod, 1 rank",
+          "ours/2/gloo": "ours, Gloo", "bare/2/gloo": "bare Horovod, Gloo",
+          "ours/2/mpi": "ours, MPI", "bare/2/mpi": "bare Horovod, MPI",
+          "mwms/2": "ours, mwms (RING/gRPC)", BUCKET0: "ours, Gloo, --allreduce_bucket_mb=0"}
+# efficiency name -> (1-rank run, 2-rank run)
+PAIRS = {"ours/gloo": ("ours/1", "ours/2/gloo"), "ours/mpi": ("ours/1", "ours/2/mpi"),
+         "bare/gloo": ("bare/1", "bare/2/gloo"), "bare/mpi": ("bare/1", "bare/2/mpi"),
+         "mwms": ("ours/1", "mwms/2"), "ours/gloo/bucket0": ("ours/1", BUCKET0)}
+
+
+def _one_repeat(m: Model, steps: int) -> dict:
+    """Every config of model m once, each with the load average after it."""
+    def ours(np_, controller, extra=()):
+        return runs.ours(common.launcher(controller, np_), steps, extra=extra,
+                         model=m.flags, interval=m.interval)
+
+    def bare(np_, controller):
+        return runs.bare(common.launcher(controller, np_), steps - m.interval, model=m.name,
+                         batch_size=m.batch, interval=m.interval, warmup=m.interval)
+
+    todo = {"ours/1": lambda: ours(1, "gloo"), "bare/1": lambda: bare(1, "gloo")}
     for c in CONTROLLERS:
-        out[f"ours/2/{c}"] = runs.ours(common.launcher(c, 2), steps)
-        out[f"bare/2/{c}"] = runs.bare(common.launcher(c, 2), bare_steps)
-    out["mwms/2"] = runs.mwms(2, runs.ours_flags(steps))
+        todo[f"ours/2/{c}"] = lambda c=c: ours(2, c)
+        if m.overlap and c == "gloo":  # right beside the default it is compared with
+            todo[BUCKET0] = lambda: ours(2, "gloo", ["--allreduce_bucket_mb=0"])
+        todo[f"bare/2/{c}"] = lambda c=c: bare(2, c)
+    todo["mwms/2"] = lambda: runs.mwms(2, runs.ours_flags(steps, model=m.flags,
+                                                           interval=m.interval))
+    out = {}
+    for name, fn in todo.items():
+        out[name] = fn()
+        out[name]["load_after"] = common.load_average()
+        print(f"  {m.name} {name}: {out[name]['rate']:.1f} img/s per rank, "
+              f"{_ms(out[name]['cpu'])} CPU ms/img, load {out[name]['load_after']}", flush=True)
     return out
 
 
-def measure(short: bool) -> dict:
-    steps, repeats = (40, 1) if short else (80, 2)
-    per_repeat = [_one_repeat(steps, steps - 2 * runs.INTERVAL) for _ in range(repeats)]
-    merged = {}
-    for name in per_repeat[0]:
-        group = [rep[name] for rep in per_repeat]
-        merged[name] = {"per_rank": [v for g in group for v in g["per_rank"]],
-                        "ranks": group[0]["ranks"]}
-    mean = {k: common.mean_ci(v["per_rank"])[0] for k, v in merged.items()}
-    efficiency = {f"{impl}/{c}": common.ratio(mean[f"{impl}/2/{c}"], mean[f"{impl}/1"])
-                  for impl in ("ours", "bare") for c in CONTROLLERS}
-    efficiency["mwms"] = common.ratio(mean["mwms/2"], mean["ours/1"])
-    return {"runs": per_repeat, "merged": merged, "efficiency": efficiency,
-            "horovod_over_mwms": common.ratio(mean["ours/2/gloo"], mean["mwms/2"]),
-            "target": TARGET, "steps": steps, "repeats": repeats,
-            "ours_chose_defaults": all(rep["ours/2/gloo"]["chosen_env"] for rep in per_repeat)}
+def _ms(cpu) -> str:
+    return f"{1e3 * cpu:.1f}" if cpu is not None else "-"
+
+
+def _model_figures(m: Model, reps: list) -> dict:
+    eff = {name: common.efficiency([r[one] for r in reps], [r[two] for r in reps])
+           for name, (one, two) in PAIRS.items() if two in reps[0]}
+    return {"runs": reps, "efficiency": eff, "target": m.target, "batch": m.batch,
+            "interval": m.interval,
+            "comm_share": {name: scaling_report.comm_share(reps, name) for name in reps[0]},
+            "met": {c: eff[f"ours/{c}"]["wall"] >= m.target for c in CONTROLLERS},
+            "horovod_over_mwms": common.ratio(
+                statistics.fmean(r["ours/2/gloo"]["rate"] for r in reps),
+                statistics.fmean(r["mwms/2"]["rate"] for r in reps)),
+            "ours_chose_defaults": all(r["ours/2/gloo"]["chosen_env"] for r in reps)}
+
+
+def measure(short: bool, smoke: bool = False, only=(), progress: str = "") -> dict:
+    version = "smoke" if smoke else "short" if short else "full"
+    chosen = [m for m in MODELS if not only or m.name in only]
+    reps = {m.name: [] for m in chosen}
+    for _ in range(REPEATS[version]):  # interleaved: every config once per repeat
+        for m in chosen:
+            reps[m.name].append(_one_repeat(m, m.steps[version]))
+            if progress:  # what a run cut short has measured (--from_progress)
+                common.write_json(progress, {"version": version, "reps": reps})
+    return figures(reps, version)
+
+
+def figures(reps: dict, version: str) -> dict:
+    """The figure from {model: [repeat, ...]}: only repeats every model completed."""
+    done = min(len(v) for v in reps.values())
+    chosen = [m for m in MODELS if m.name in reps]
+    models = {m.name: {**_model_figures(m, reps[m.name][:done]), "steps": m.steps[version]}
+              for m in chosen}
+    head = models[chosen[0].name]
+    return {"models": models, "headline": chosen[0].name, "version": version,
+            "repeats": done, "full_repeats": REPEATS["full"],
+            # The headline's wall figures under the names older readers know.
+            "efficiency": {k: v["wall"] for k, v in head["efficiency"].items()},
+            "target": head["target"]}
+
+
+def _from_progress(path: str) -> dict:
+    with open(path) as f:
+        saved = json.load(f)
+    return {**figures(saved["reps"], saved["version"]), "from_progress": path}
 
 
 def report(r: dict) -> str:
-    labels = {"ours/1": "ours, 1 rank", "bare/1": "bare Horovod, 1 rank",
-              "ours/2/gloo": "ours, Gloo", "bare/2/gloo": "bare Horovod, Gloo",
-              "ours/2/mpi": "ours, MPI", "bare/2/mpi": "bare Horovod, MPI",
-              "mwms/2": "ours, mwms (RING/gRPC)"}
-    rows = [common.rate_row(labels[k], v) for k, v in r["merged"].items()]
-    eff = r["efficiency"]
-    eff_rows = [[c.upper() if c != "mwms" else "mwms", f"{eff.get('ours/' + c, eff.get(c)):.3f}",
-                 f"{eff['bare/' + c]:.3f}" if c != "mwms" else "-"]
-                for c in (*CONTROLLERS, "mwms")]
-    met = all(eff[f"ours/{c}"] >= TARGET for c in CONTROLLERS)
-    return (f"M2 scaling: digits_cnn 32x32x3, batch 64 per rank, 1 thread per rank, "
-            f"{r['repeats']} repeat(s)\n{common.table(common.RATE_HEADERS, rows)}\n\n"
-            f"{common.table(['efficiency 2 ranks / 1 rank', 'ours', 'bare Horovod'], eff_rows)}\n"
-            f"target ours >= {TARGET}: {'met' if met else 'MISSED'}; ours logged its "
-            f"CPU-sharing defaults: {r['ours_chose_defaults']}\n"
-            f"horovod (Gloo) / mwms throughput = {r['horovod_over_mwms']:.2f}")
+    return scaling_report.report(r, LABELS)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="the `make bench` version")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one repeat, fewest steps: checks the script end to end")
+    parser.add_argument("--models", default="", help="comma-separated, default all: "
+                        + ",".join(m.name for m in MODELS))
+    parser.add_argument("--out", default=os.path.join(common.OUT_DIR, "m2_scaling.json"))
+    parser.add_argument("--from_progress", default="", help="report the complete repeats of a "
+                        "run cut short from its <out>.progress.json instead of measuring")
+    args = parser.parse_args(argv)
+    only = set(filter(None, args.models.split(",")))
+    unknown = only - {m.name for m in MODELS}
+    if unknown:
+        parser.error(f"--models: received {sorted(unknown)}; expected names from "
+                     f"{[m.name for m in MODELS]}. Fix: --models={MODELS[0].name}")
+
+    def run(short):
+        if args.from_progress:
+            return _from_progress(args.from_progress)
+        return measure(short, args.smoke, only, progress=f"{args.out}.progress.json")
+    return common.run_figure("m2_scaling", run, report, args.short or args.smoke, args.out)
 
 
 if __name__ == "__main__":
-    common.main("m2_scaling", __doc__, measure, report)
+    main()
