@@ -115,14 +115,14 @@ def measure(short: bool, smoke: bool = False, only=(), progress: str = "") -> di
 
 
 def figures(reps: dict, version: str) -> dict:
-    """The figure from {model: [repeat, ...]}: only repeats every model completed."""
-    done = min(len(v) for v in reps.values())
-    chosen = [m for m in MODELS if m.name in reps]
-    models = {m.name: {**_model_figures(m, reps[m.name][:done]), "steps": m.steps[version]}
+    """The figure from {model: [repeat, ...]}, each model from the repeats it completed
+    (a run cut short may have one more of the first model than of the next)."""
+    chosen = [m for m in MODELS if reps.get(m.name)]
+    models = {m.name: {**_model_figures(m, reps[m.name]), "steps": m.steps[version]}
               for m in chosen}
     head = models[chosen[0].name]
     return {"models": models, "headline": chosen[0].name, "version": version,
-            "repeats": done, "full_repeats": REPEATS["full"],
+            "repeats": REPEATS[version], "full_repeats": REPEATS["full"],
             # The headline's wall figures under the names older readers know.
             "efficiency": {k: v["wall"] for k, v in head["efficiency"].items()},
             "target": head["target"]}

@@ -58,12 +58,15 @@ def verdicts(fig: dict) -> str:
 def model_section(model: str, fig: dict, r: dict, labels: dict) -> str:
     reps, eff = fig["runs"], fig["efficiency"]
     steady = fig["steps"] - fig["interval"]
+    done = len(reps)
     fewer = (f" ({r['version']} version: fewer than the full version's {r['full_repeats']})"
-             if r["repeats"] < r["full_repeats"] else "")
+             if done < r["full_repeats"] else "")
+    if done < r["repeats"]:
+        fewer += f"; a run cut short: {done} of the {r['repeats']} planned"
     lines = [
         f"M2 scaling: {model} 32x32x3, batch {fig['batch']} per rank, 1 thread per rank, "
         f"{fig['steps']} steps logged every {fig['interval']} (figures from the {steady} steps "
-        f"after the first interval), {r['repeats']} interleaved repeat(s){fewer}",
+        f"after the first interval), {done} interleaved repeat(s){fewer}",
         common.table(RATE_HEADERS, rate_rows(reps, labels)), "",
         common.table(EFF_HEADERS, [eff_row(EFF_LABELS[k], eff[k]) for k in EFF_LABELS]),
     ]

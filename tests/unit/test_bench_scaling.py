@@ -125,3 +125,11 @@ def test_m5_lines_show_cpu_efficiency_ranges_and_the_k1_split():
     k1 = text.splitlines()[-1]
     assert k1.startswith("k=1 (the step without comm as the 1-rank work): 84% the 1-rank work")
     assert "+13% extra CPU work, +3% waiting" in k1 and "mostly extra CPU work" in k1
+
+
+def test_a_run_cut_short_says_how_many_repeats_it_completed():
+    r = _figures()
+    r["repeats"] = 3  # planned 3, measured 2
+    text = scaling_report.report(r, {})
+    assert "2 interleaved repeat(s) (short version: fewer than the full version's 3); " \
+           "a run cut short: 2 of the 3 planned" in text
