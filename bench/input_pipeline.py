@@ -1,6 +1,7 @@
 """M6 / issue 4: input-pipeline headroom, measured through the loop's own iterator.
 
     python bench/input_pipeline.py [--short] [--profile] [--out runs/bench/m6_input.json]
+    python bench/input_pipeline.py --ab 3   # digits TFRecord: streamed vs cached, alternating
 
 The training loop reads every epoch through ONE iterator over the epochs' datasets,
 concatenated (horovod_train.data.pipeline.epoch_batches); this script builds its
@@ -10,7 +11,10 @@ batches with that very function, so set-up costs are paid as training pays them.
   headroom        pipeline / consumer (target >= 3x);
   data wait       share of wall time the step waits for its batch when the iterator
                   feeds it for real, fetched inside the compiled step as the loop
-                  fetches it (horovod_train/feed.py) (target < 5%).
+                  fetches it (horovod_train/feed.py) (target < 5%);
+  floor           the same wait for an iterator that costs nothing (one batch in memory,
+                  repeated), measured right after: the fetch's own cost at this load,
+                  which no pipeline can go below.
 Cases: the default model (digits_cnn) on the bundled digits, in memory and as
 TFRecord; a ResNet-sized pipeline (224x224x3 JPEG TFRecord, decoded to float32)
 feeding (a) a simulated accelerator that consumes --consumer_rate img/s and sleeps,
@@ -87,6 +91,17 @@ def fed_wait_share(fed, make_iter, steps: int) -> float:
     return wait / (time.perf_counter() - start)
 
 
+def floor_wait(fed, batch, steps: int) -> float:
+    """fed_wait_share of one batch repeated: what the fetch itself costs here and now."""
+    import tensorflow as tf
+    ds = tf.data.Dataset.from_tensors(batch).repeat()
+    return fed_wait_share(fed, lambda: iter(ds), steps)
+
+
+def _load() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
 def _train_step(model_name: str, input_shape, num_classes: int):
     """(step(x, y) on a batch in memory, fed(iterator) as the loop runs it)."""
     import keras
@@ -129,14 +144,18 @@ def case(label, source, fed, consume, batch, args, steps=None) -> dict:
     make = lambda: loop_batches(source, batch, args.threads, need)  # noqa: E731
     produce = pipeline_rate(make, batch, args.steps)
     wait = fed_wait_share(fed, make, steps or args.steps)
+    floor = floor_wait(fed, next(make()), steps or args.steps)
     row = {"case": label, "pipeline": produce, "consumer": consume,
-           "headroom": produce / consume, "data_wait": wait}
+           "headroom": produce / consume, "data_wait": wait, "floor_wait": floor,
+           "load": os.getloadavg()[0]}
     print(f"  {label}: pipeline {produce:.0f} ex/s, consumer {consume:.1f} ex/s, headroom "
-          f"{produce / consume:.1f}x, data wait {100 * wait:.1f}%", flush=True)
+          f"{produce / consume:.1f}x, data wait {100 * wait:.1f}% (floor {100 * floor:.1f}%), "
+          f"{_load()}", flush=True)
     return row
 
 
-def digits_cases(tmp: str, args) -> list:
+def _digits(tmp: str, args):
+    """(digits in memory, a loader of them as 4 TFRecord files, step, fed, batches)."""
     import numpy as np
     from horovod_train import config as cfg
     from horovod_train import data
@@ -147,13 +166,53 @@ def digits_cases(tmp: str, args) -> list:
              y_test=digits.y_test)
     convert.convert(convert.ConvertOptions(npz, os.path.join(tmp, "digits"), num_shards=4,
                                            progress=False))
-    tfrecord = data.load(cfg.DataConfig(dataset="tfrecord", data_dir=os.path.join(tmp, "digits")))
+    load = lambda: data.load(cfg.DataConfig(dataset="tfrecord",  # noqa: E731
+                                            data_dir=os.path.join(tmp, "digits")))
     step, fed = _train_step("digits_cnn", (8, 8, 1), 10)
+    return digits, load, step, fed, list(loop_batches(digits, args.batch_size, args.threads, 1))
+
+
+def digits_cases(tmp: str, args) -> list:
+    digits, load, step, fed, in_memory = _digits(tmp, args)
     b = args.batch_size
-    in_memory = list(loop_batches(digits, b, args.threads, 1))
     consume = consumer_rate(step, in_memory, b, args.steps)
     return [case("digits in memory -> digits_cnn", digits, fed, consume, b, args),
-            case("digits TFRecord (4 files) -> digits_cnn", tfrecord, fed, consume, b, args)]
+            case("digits TFRecord (4 files) -> digits_cnn", load(), fed, consume, b, args)]
+
+
+def ab_rounds(tmp: str, args) -> list:
+    """Digits TFRecord -> digits_cnn with the shard streamed from its files every epoch
+    (before issue 23: AUTO_CACHE_BYTES 0) and cached in memory (after), alternating, so
+    both see the same load. A fresh source per run: the cache decision is memoised."""
+    from horovod_train.data import pipeline
+    digits, load, step, fed, in_memory = _digits(tmp, args)
+    b, budget, rows = args.batch_size, pipeline.AUTO_CACHE_BYTES, []
+    try:
+        for r in range(args.ab):
+            for label, bytes_ in (("before: streamed", 0), ("after: cached", budget)):
+                pipeline.AUTO_CACHE_BYTES = bytes_
+                consume = consumer_rate(step, in_memory, b, args.steps)
+                rows.append(dict(case(f"{label} #{r + 1}", load(), fed, consume, b, args),
+                                 variant=label))
+    finally:
+        pipeline.AUTO_CACHE_BYTES = budget
+    return rows
+
+
+def ab_report(rows: list) -> str:
+    import numpy as np
+    out = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant]
+        cells = [variant, len(mine)]
+        for key, scale, fmt in (("data_wait", 100, "{:.1f}%"), ("floor_wait", 100, "{:.1f}%"),
+                                ("headroom", 1, "{:.1f}x"), ("load", 1, "{:.2f}")):
+            v = scale * np.array([r[key] for r in mine])
+            cells.append(f"{fmt.format(np.median(v))} [{fmt.format(v.min())}, "
+                         f"{fmt.format(v.max())}]")
+        out.append(cells)
+    return common.table(["digits TFRecord -> digits_cnn", "runs", "data wait median [min, max]",
+                         "floor", "headroom", "load (1 min)"], out)
 
 
 def _jpeg_folders(tmp: str, count: int) -> str:
@@ -263,8 +322,11 @@ def measure_with(args) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     result = {"tensorflow": tf.__version__, "batch_size": args.batch_size,
               "data_threads": args.threads, "intra_op_threads": args.intra_op_threads,
-              "consumer_rate_assumed": args.consumer_rate}
+              "consumer_rate_assumed": args.consumer_rate, "ab": args.ab}
     with tempfile.TemporaryDirectory() as tmp:
+        if args.ab:
+            result["cases"] = ab_rounds(tmp, args)
+            return result
         result["cases"] = digits_cases(tmp, args)
         source = jpeg_source(tmp, args.images)
         result["cases"] += resnet_cases(source, args)
@@ -275,13 +337,16 @@ def measure_with(args) -> dict:
 
 def report(r: dict) -> str:
     rows = [[c["case"], f"{c['pipeline']:.0f}", f"{c['consumer']:.1f}", f"{c['headroom']:.1f}x",
-             f"{100 * c['data_wait']:.1f}%"] for c in r["cases"]]
+             f"{100 * c['data_wait']:.1f}%", f"{100 * c['floor_wait']:.1f}%", f"{c['load']:.2f}"]
+            for c in r["cases"]]
     lines = [f"M6 input pipeline: batch {r['batch_size']}, data_threads "
              f"{r['data_threads'] or 'autotune'}, intra-op threads {r['intra_op_threads'] or 'all'}"
              f"; through the loop's one iterator",
-             common.table(["case", "pipeline ex/s", "consumer ex/s", "headroom", "data wait"],
-                          rows),
+             common.table(["case", "pipeline ex/s", "consumer ex/s", "headroom", "data wait",
+                           "floor", "load"], rows),
              f"targets: headroom >= {TARGET_HEADROOM:g}x, data wait < {100 * TARGET_WAIT:g}%"]
+    if r.get("ab"):
+        lines += ["", ab_report(r["cases"])]
     if r.get("profile"):
         lines += ["", "JPEG pipeline alone, tf.data settings:",
                   common.table(["variant", "img/s"], [[p["variant"], f"{p['pipeline']:.0f}"]
@@ -306,7 +371,11 @@ def parse(argv=None):
     p.add_argument("--resnet_steps", type=int, default=3)
     p.add_argument("--skip_resnet", action="store_true")
     p.add_argument("--profile", action="store_true", help="sweep tf.data settings (JPEG)")
+    p.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
+                   help="only digits TFRecord: streamed vs cached, alternating ROUNDS times")
     args = p.parse_args(argv)
+    if args.ab and args.out == p.get_default("out"):
+        args.out = os.path.join(common.OUT_DIR, "m6_ab.json")  # keep the figure's file
     if args.short:
         args.steps, args.images, args.skip_resnet = 60, 512, True
     return args
