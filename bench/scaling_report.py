@@ -95,9 +95,9 @@ def overlap_section(model: str, fig: dict) -> str:
         "grouped allreduce after it (interleaved in the same repeats)",
         common.table(["--allreduce_bucket_mb", "wall eff", "range", "CPU eff", "range", "waiting",
                       "comm share", "s/step"], rows),
-        "comm share: the `comm N%` of our `train |` lines, from the sampled split step, which "
-        "runs the allreduce after the backward pass whatever the buckets (so it is the same "
-        "work, not what overlap hides); waiting: common.cost_split",
+        "comm share: the `comm N%` of our `train |` lines: the exposed allreduce, the mean "
+        "step beyond the sampled compute and optimizer (metrics.split_step); what buckets "
+        "hide is not in it; waiting: common.cost_split",
         f"buckets / one call: wall efficiency x{gain:.3f}, CPU efficiency x{cpu_gain:.3f} "
         f"({'buckets faster' if gain > 1 else 'buckets not faster'} in wall clock)",
     ])
