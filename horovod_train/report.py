@@ -15,6 +15,7 @@ from horovod_train import metrics
 from horovod_train.errors import UsageError, usage_error
 from horovod_train.observe import baseline
 from horovod_train.observe.observer import BREAKDOWN_PARTS
+from launch.argv import normalize_flag_names
 
 
 @dataclasses.dataclass
@@ -172,13 +173,20 @@ def write_plots(runs: list, out_dir: str) -> list[str]:
     return written
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    # The project's one spelling: dashes in names mean underscores, and no abbreviations
+    # (the trainer's absl flags take none).
     parser = argparse.ArgumentParser(prog="python -m horovod_train.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", help="where scaling.png goes (default: the runs' common parent)")
     parser.add_argument("--no_plots", action="store_true", help="print the table only")
-    args = parser.parse_args(argv)
+    return parser.parse_args(normalize_flag_names(sys.argv[1:] if argv is None else list(argv)))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     try:
         runs = [load_run(p) for p in args.run_dirs]
     except UsageError as err:

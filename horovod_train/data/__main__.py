@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from horovod_train.errors import UsageError
+from launch.argv import normalize_flag_names
 
 
 def _shape(text: str) -> tuple:
@@ -17,9 +18,11 @@ def _shape(text: str) -> tuple:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m horovod_train.data")
+    # No abbreviations (the trainer's absl flags take none); each subparser needs it too.
+    parser = argparse.ArgumentParser(prog="python -m horovod_train.data", allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("convert", help="numpy / image folders / text -> TFRecord or LMDB")
+    c = sub.add_parser("convert", help="numpy / image folders / text -> TFRecord or LMDB",
+                       allow_abbrev=False)
     c.add_argument("--input", required=True, help=".npz, .txt, a folder of .txt, or class folders")
     c.add_argument("--output_dir", required=True)
     c.add_argument("--format", default="tfrecord", help="tfrecord or lmdb")
@@ -34,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--overwrite", action="store_true")
     c.add_argument("--no_progress", action="store_true")
     v = sub.add_parser("verify", help="read, parse and decode every record once (every "
-                       "encoded image too); report counts and damage")
+                       "encoded image too); report counts and damage", allow_abbrev=False)
     v.add_argument("--data_dir", required=True)
     v.add_argument("--skip_corrupt", action="store_true", help="count damage instead of failing")
     return parser
@@ -71,8 +74,14 @@ def _verify(args) -> None:
           f"{source.input_shape}, {source.num_classes} classes, {source.skipped} skipped")
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """Dashes in flag names mean underscores, as in every tool of the project."""
+    return _parser().parse_args(normalize_flag_names(
+        sys.argv[1:] if argv is None else list(argv)))
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         _convert(args) if args.command == "convert" else _verify(args)
     except UsageError as err:

@@ -37,6 +37,7 @@ import numpy as np
 from horovod_train.data import schema as schema_lib
 from horovod_train.data import writers
 from horovod_train.errors import UsageError, usage_error
+from launch.argv import normalize_flag_names
 
 DEFAULT_SEQ_LEN = 64  # bytes of context: a line or two of code; cheap enough for CPU minutes
 VALIDATION_PERCENT = 1  # of the path-hash range: about 1% of the files and bytes
@@ -249,13 +250,15 @@ def load(data_config):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m horovod_train.data.pycorpus",
-        description="Build the Python-stdlib byte-level LM dataset (TFRecord) once.")
+        description="Build the Python-stdlib byte-level LM dataset (TFRecord) once.",
+        allow_abbrev=False)  # as every tool of the project: no abbreviations
     parser.add_argument("--seq_len", type=int, default=DEFAULT_SEQ_LEN,
                         help="bytes the model sees per example")
     parser.add_argument("--output_dir", default=None,
                         help=f"default: {CACHE_ROOT}/L<seq_len>-<hash>, which "
                         "--dataset=pycorpus finds by itself for the default seq_len")
-    args = parser.parse_args(argv)
+    # Dashes in flag names mean underscores, as in every tool of the project.
+    args = parser.parse_args(normalize_flag_names(sys.argv[1:] if argv is None else list(argv)))
     try:
         _check_seq_len(args.seq_len)
         corpus = read_corpus()
