@@ -6,6 +6,7 @@ line on stderr, exit code 2, nothing started.
 """
 import argparse
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass
@@ -55,6 +56,38 @@ def _whole(text: str) -> int:
     return int(text)
 
 
+# launch.plan checks horovodrun's --fusion-threshold-mb against this bound too.
+MAX_FUSION_MB = 65536
+
+
+def _fusion_mib(text: str) -> float:
+    """The trainer's --fusion_threshold_mb: MiB, fractions allowed, 0 = Horovod's default."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= MAX_FUSION_MB:     # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"received {text!r}; expected a non-negative number of MiB up to {MAX_FUSION_MB} "
+            "(0 = Horovod's default, as the trainer's flag). Fix: e.g. --fusion_threshold_mb 64")
+    return value
+
+
+def _fusion_knob(args) -> tuple[int | None, tuple[tuple[str, str], ...]]:
+    """(horovodrun's whole-MiB knob, env) for the threshold. horovodrun's flag takes whole
+    MiB only, so a fraction goes as HOROVOD_FUSION_THRESHOLD in whole bytes under every
+    launcher, rounded down as the trainer does; 0 leaves Horovod's default (horovodrun's
+    --fusion-threshold-mb 0 would turn fusion off)."""
+    mib = args.fusion_threshold_mb
+    if not mib:
+        return None, ()
+    if mib == int(mib):
+        return int(mib), ()
+    if args.backend != "horovod":
+        return None, ()                       # Horovod's knob: mwms ignores it, whole or not
+    return None, (("HOROVOD_FUSION_THRESHOLD", str(int(mib * 1024 * 1024))),)
+
+
 def _port_base_flag(group, default, help_text: str) -> None:
     _add(group, PORT_BASE_FLAG, dest="port_base", type=_whole, default=default,
          metavar="PORT", help=help_text + "; the trainer's flag of the same name")
@@ -79,8 +112,9 @@ def _run_flags(parser):
     _add(ranks, "--oversubscribe", action="store_true", help="more ranks than slots")
     hvd = parser.add_argument_group("horovod")
     _add(hvd, "--controller", choices=CONTROLLERS, help="horovodrun: gloo (default) or mpi")
-    _add(hvd, "--fusion_threshold_mb", type=_whole,
-         help="HOROVOD_FUSION_THRESHOLD in MiB (the trainer's flag of the same name)")
+    _add(hvd, "--fusion_threshold_mb", type=_fusion_mib, metavar="MIB",
+         help="HOROVOD_FUSION_THRESHOLD in MiB, e.g. 64 or 1.5; 0 = Horovod's default "
+              "(the trainer's flag of the same name)")
     _add(hvd, "--cycle_time_ms", type=float,
          help="HOROVOD_CYCLE_TIME (the trainer's flag of the same name)")
     _add(hvd, TIMELINE_FLAG, dest="timeline", metavar="PATH",
@@ -229,12 +263,14 @@ def _cores(args, hosts: list[Host]):
 
 def launch_spec(args, command) -> spec.LaunchSpec:
     hosts = _read_hosts(args, required=False)
-    knobs = spec.HorovodKnobs(args.fusion_threshold_mb, args.cycle_time_ms, args.timeline,
+    fusion_mb, fusion_env = _fusion_knob(args)
+    knobs = spec.HorovodKnobs(fusion_mb, args.cycle_time_ms, args.timeline,
                               tuple(args.network_interface))
     return spec.LaunchSpec(
         backend=args.backend, command=tuple(command), launcher=args.launcher,
         hosts=tuple(hosts), hostfile=args.hostfile, np=args.np, controller=args.controller,
-        port_base=args.port_base, env=_pairs(args.env, "--env"), forward=tuple(args.forward),
+        port_base=args.port_base, env=fusion_env + _pairs(args.env, "--env"),
+        forward=tuple(args.forward),
         cores_per_host=_cores(args, hosts), oversubscribe=args.oversubscribe,
         bind_to=args.bind_to, map_by=args.map_by, mca=_pairs(args.mca, "--mca"),
         launch_agent=args.launch_agent, srun_mpi=args.srun_mpi,
