@@ -7,12 +7,16 @@ from pathlib import Path
 import pytest
 
 from horovod_train import flags as ht_flags
+from horovod_train.plan.cli import RENAMED as PLAN_RENAMED
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9_-]*[a-z0-9])")
 README_MAX_LINES = 250
+# The planner's retired names (refused with the new one): no flag, although the source
+# spells them. A page may show one only in a block that shows its refusal.
+RETIRED = {old[2:] for old in PLAN_RENAMED}
 
 # Flags of other programs that the pages show in commands. Each is that program's, not
 # ours (a few names are both, e.g. --nodes: the page shows the outside tool's).
@@ -56,7 +60,7 @@ def our_flags() -> set[str]:
     for folder in ("horovod_train", "launch", "bench", "scripts", "examples"):
         for source in (REPO / folder).rglob("*.py"):
             names.update(re.findall(r"[\"']--([a-z][a-z0-9_-]*)[=\"']", source.read_text()))
-    return {name.replace("-", "_") for name in names}
+    return {name.replace("-", "_") for name in names} - RETIRED
 
 
 def _argparse_parsers():
@@ -107,11 +111,26 @@ def test_relative_link_resolves(page, target):
             f"it has {sorted(_anchors(dest))}")
 
 
+def _named_flags(text: str):
+    """The `--names` a page spells, but a retired name inside a fenced block that shows
+    the planner refusing it (`error: --fusion_mb: ...`)."""
+    for segment in text.split("```"):
+        refused = {name for name in RETIRED if f"error: --{name}:" in segment}
+        yield from (name for name in FLAG.findall(segment) if name not in refused)
+
+
+def test_retired_names_are_not_flags():
+    assert RETIRED and not RETIRED & our_flags()
+    assert list(_named_flags("run plan --fusion_mb 64")) == ["fusion_mb"]
+    shown = "```\n$ plan --fusion_mb 64\nerror: --fusion_mb: received\n```"
+    assert list(_named_flags(shown)) == []
+
+
 def test_every_named_flag_exists():
     ours = our_flags()
     unknown = {}
     for page in PAGES:
-        for name in FLAG.findall(page.read_text()):
+        for name in _named_flags(page.read_text()):
             if name.replace("-", "_") not in ours and name not in OUTSIDE_FLAGS:
                 unknown.setdefault(name, page.name)
     assert not unknown, f"flags named in the docs that no tool has: {unknown}"
