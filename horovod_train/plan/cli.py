@@ -21,6 +21,11 @@ from horovod_train.plan import plot, report
 from launch.argv import normalize_flag_names
 
 
+# The planner's old names still accepted for the trainer's (same meaning), so commands
+# written for the planner keep working; --help and the docs show the trainer's name alone.
+ALIASES = {"--batch_per_gpu": "--batch_size"}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):             # one line, raised instead of sys.exit
         raise PlanError(f"plan: {message}. Fix: see `python -m horovod_train plan --help`")
@@ -37,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq_len", type=int, help="sequence length (transformers)")
     batch = p.add_mutually_exclusive_group(required=True)
     batch.add_argument("--global_batch", type=int, help="samples per optimizer step, all GPUs")
-    batch.add_argument("--batch_per_gpu", type=int, help="micro-batch per GPU (weak scaling)")
+    batch.add_argument("--batch_size", type=int,
+                       help="micro-batch per GPU, the trainer's per-replica --batch_size "
+                            "(weak scaling)")
+    for old, new in ALIASES.items():    # same group: both at once is refused by argparse
+        batch.add_argument(old, dest=new[2:], type=int, help=argparse.SUPPRESS)
     p.add_argument("--gpu", required=True, help=", ".join(sorted(hardware.GPUS)))
     p.add_argument("--gpus_per_node", type=int, default=8)
     p.add_argument("--interconnect", help="inter-node network: " + ", ".join(hardware.NETWORKS))
@@ -122,7 +131,7 @@ def _train_samples(args, model) -> float | None:
 
 
 def request_from_args(args) -> PlanRequest:
-    for flag in ("seq_len", "global_batch", "batch_per_gpu", "target_hours", "epochs",
+    for flag in ("seq_len", "global_batch", "batch_size", "target_hours", "epochs",
                  "dataset_size", "train_samples", "price_per_gpu_hour"):
         _positive("--" + flag, getattr(args, flag))
     for flag in ("gpus_per_node", "nics_per_node", "grad_accum_steps"):
@@ -153,7 +162,7 @@ def request_from_args(args) -> PlanRequest:
     return PlanRequest(
         model, gpu, args.precision, args.gpus_per_node, nodes,
         hardware.get_intra(gpu.intra if args.intra == "auto" else args.intra), network,
-        args.nics_per_node, args.global_batch, args.batch_per_gpu, args.grad_accum_steps,
+        args.nics_per_node, args.global_batch, args.batch_size, args.grad_accum_steps,
         optimizer, args.gradient_checkpointing, args.compression, args.overlap,
         fusion_mb * 2 ** 20, cycle_ms * 1e-3, args.target_hours,
         args.target_efficiency, _train_samples(args, model), args.objective,

@@ -149,8 +149,8 @@ def memory_advice(req: PlanRequest, nodes: int, micro: float, accum: int,
                    "at this global batch)",
                    f"a smaller batch (--global_batch {best * accum * world} or less)"]
     else:
-        levers += [f"a smaller batch (--batch_per_gpu {best}, the largest that fits)",
-                   f"--batch_per_gpu {new_micro} --grad_accum_steps {steps} (same samples per step)"]
+        levers += [f"a smaller batch (--batch_size {best}, the largest that fits)",
+                   f"--batch_size {new_micro} --grad_accum_steps {steps} (same samples per step)"]
     return f"{head}. Levers: " + "; ".join(levers)
 
 

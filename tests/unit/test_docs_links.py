@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from horovod_train import flags as ht_flags
+from horovod_train.plan.cli import ALIASES as PLAN_ALIASES
 from horovod_train.plan.cli import RENAMED as PLAN_RENAMED
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,6 +18,8 @@ README_MAX_LINES = 250
 # The planner's retired names (refused with the new one): no flag, although the source
 # spells them. A page may show one only in a block that shows its refusal.
 RETIRED = {old[2:] for old in PLAN_RENAMED}
+# Its old names still accepted: the pages speak the one vocabulary, the trainer's names.
+OLD_ALIASES = {old[2:] for old in PLAN_ALIASES}
 
 # Flags of other programs that the pages show in commands. Each is that program's, not
 # ours (a few names are both, e.g. --nodes: the page shows the outside tool's).
@@ -60,7 +63,7 @@ def our_flags() -> set[str]:
     for folder in ("horovod_train", "launch", "bench", "scripts", "examples"):
         for source in (REPO / folder).rglob("*.py"):
             names.update(re.findall(r"[\"']--([a-z][a-z0-9_-]*)[=\"']", source.read_text()))
-    return {name.replace("-", "_") for name in names} - RETIRED
+    return {name.replace("-", "_") for name in names} - RETIRED - OLD_ALIASES
 
 
 def _argparse_parsers():
@@ -121,6 +124,7 @@ def _named_flags(text: str):
 
 def test_retired_names_are_not_flags():
     assert RETIRED and not RETIRED & our_flags()
+    assert OLD_ALIASES and not OLD_ALIASES & our_flags()
     assert list(_named_flags("run plan --fusion_mb 64")) == ["fusion_mb"]
     shown = "```\n$ plan --fusion_mb 64\nerror: --fusion_mb: received\n```"
     assert list(_named_flags(shown)) == []

@@ -227,3 +227,43 @@ def test_compression_takes_the_trainers_choices(capsys):
     from horovod_train.plan.cost import WIRE_BYTES
     from launch import contract
     assert tuple(WIRE_BYTES) == contract.COMPRESSIONS        # the trainer's list, all of it
+
+
+# The trainer's per-replica --batch_size is the planner's micro-batch per GPU: one name.
+WEAK = ["--model", "resnet50", "--gpu", "a100-40gb", "--interconnect", "ib-hdr",
+        "--nodes", "1,2", "--json"]
+
+
+def test_batch_size_is_the_trainers_name_for_the_micro_batch(capsys):
+    assert main(WEAK + ["--batch_size", "64"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [row["batch_per_gpu"] for row in rows] == [64, 64]
+
+
+@pytest.mark.parametrize("spelling", [["--batch_per_gpu", "64"], ["--batch-per-gpu=64"],
+                                      ["--batch-size", "64"]])
+def test_the_old_name_and_dashes_stay_accepted(spelling, capsys):
+    assert main(WEAK + ["--batch_size", "64"]) == 0
+    expected = capsys.readouterr().out
+    assert main(WEAK + spelling) == 0
+    assert capsys.readouterr().out == expected
+
+
+def test_batch_size_and_its_old_name_together_are_refused(capsys):
+    assert main(WEAK + ["--batch_size", "64", "--batch_per_gpu", "32"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --batch_per_gpu: not allowed with argument --batch_size" in err
+
+
+def test_bad_batch_size_names_the_trainers_flag(capsys):
+    assert main(WEAK + ["--batch_per_gpu", "0"]) == 2
+    assert capsys.readouterr().err.startswith("error: --batch_size: received 0")
+
+
+def test_help_and_levers_speak_batch_size(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--batch_size" in out and "--batch_per_gpu" not in out
+    assert main(["--model", "resnet50", "--batch_size", "1024", "--gpu", "v100-16gb"]) == 1
+    out = capsys.readouterr().out
+    assert "--batch_size " in out and "--batch_per_gpu" not in out
