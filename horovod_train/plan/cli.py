@@ -64,8 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compression", default="none",
                    help="gradients on the wire, as the trainer's: " + ", ".join(WIRE_BYTES))
     p.add_argument("--overlap", action="store_true",
-                   help="allreduce overlaps backprop (Horovod DistributedOptimizer); default: "
-                        "one grouped allreduce after backprop, as horovod_train does")
+                   help="allreduce overlaps backprop, as the trainer's gradient buckets (its "
+                        "default --allreduce_bucket_mb 4) and Horovod's DistributedOptimizer "
+                        "do; default: one grouped allreduce after backprop (the trainer's "
+                        "--allreduce_bucket_mb 0), the most exposed comm")
+    p.add_argument("--allreduce_bucket_mb", type=float, metavar="MIB",
+                   help="the trainer's flag: > 0 (buckets sent during backprop) plans with "
+                        "--overlap, 0 (one grouped call after it) without")
     # The trainer's flags, names and meaning: MiB and ms, 0 = Horovod's default.
     p.add_argument("--fusion_threshold_mb", type=float, default=0.0,
                    help=f"HOROVOD_FUSION_THRESHOLD in MiB; 0 = Horovod's {HOROVOD_FUSION_MB:g}")
@@ -104,6 +109,22 @@ def _horovod_knob(flag: str, value: float, default: float, example: int) -> floa
     return value or default
 
 
+def _overlap(bucket_mb: float | None, overlap: bool) -> bool:
+    """The trainer's --allreduce_bucket_mb selects the overlap model; the bucket size
+    itself is not modelled (Horovod's cycle fuses what backprop has produced)."""
+    if bucket_mb is None:
+        return overlap
+    if not (bucket_mb >= 0 and math.isfinite(bucket_mb)):
+        raise plan_error("--allreduce_bucket_mb", bucket_mb, "0 (one grouped allreduce after "
+                         "backprop) or a finite positive number of MiB",
+                         "pass --allreduce_bucket_mb 4 (the trainer's default)")
+    if bucket_mb == 0 and overlap:
+        raise plan_error("--allreduce_bucket_mb", "0 with --overlap", "one of them: 0 is one "
+                         "grouped allreduce after backprop, which does not overlap",
+                         "drop --overlap, or pass --allreduce_bucket_mb 4")
+    return bucket_mb > 0
+
+
 def _nodes(text: str) -> tuple[int, ...]:
     try:
         nodes = tuple(int(x) for x in text.split(",") if x.strip())
@@ -139,6 +160,7 @@ def request_from_args(args) -> PlanRequest:
     fusion_mb = _horovod_knob("--fusion_threshold_mb", args.fusion_threshold_mb,
                               HOROVOD_FUSION_MB, 64)
     cycle_ms = _horovod_knob("--cycle_time_ms", args.cycle_time_ms, HOROVOD_CYCLE_MS, 5)
+    overlap = _overlap(args.allreduce_bucket_mb, args.overlap)
     if not 0 < args.target_efficiency <= 1:
         raise plan_error("--target_efficiency", args.target_efficiency, "a fraction in (0, 1]",
                          "pass 0.8 for 80%")
@@ -163,7 +185,7 @@ def request_from_args(args) -> PlanRequest:
         model, gpu, args.precision, args.gpus_per_node, nodes,
         hardware.get_intra(gpu.intra if args.intra == "auto" else args.intra), network,
         args.nics_per_node, args.global_batch, args.batch_size, args.grad_accum_steps,
-        optimizer, args.gradient_checkpointing, args.compression, args.overlap,
+        optimizer, args.gradient_checkpointing, args.compression, overlap,
         fusion_mb * 2 ** 20, cycle_ms * 1e-3, args.target_hours,
         args.target_efficiency, _train_samples(args, model), args.objective,
         args.price_per_gpu_hour)

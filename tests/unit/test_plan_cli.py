@@ -267,3 +267,43 @@ def test_help_and_levers_speak_batch_size(capsys):
     assert main(["--model", "resnet50", "--batch_size", "1024", "--gpu", "v100-16gb"]) == 1
     out = capsys.readouterr().out
     assert "--batch_size " in out and "--batch_per_gpu" not in out
+
+
+# The trainer's --allreduce_bucket_mb picks the planner's allreduce model: buckets (> 0,
+# the trainer's default 4) overlap backprop, 0 is one grouped call after it.
+OVERLAP_CASE = ["--model", "resnet50", "--batch_size", "64", "--gpu", "a100-40gb",
+                "--interconnect", "ib-hdr", "--nodes", "1,4", "--json"]
+
+
+def _plan_json(flags, capsys):
+    assert main(OVERLAP_CASE + flags) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("flags, overlap", [
+    (["--allreduce_bucket_mb", "4"], True), (["--allreduce-bucket-mb=0.5"], True),
+    (["--allreduce_bucket_mb", "0"], False), ([], False)])
+def test_allreduce_bucket_mb_selects_the_overlap_model(flags, overlap, capsys):
+    plan = _plan_json(flags, capsys)
+    assert plan["overlap"] is overlap
+    same = _plan_json(["--overlap"] if overlap else [], capsys)
+    assert plan["rows"] == same["rows"]
+
+
+def test_buckets_of_zero_and_overlap_contradict(capsys):
+    assert main(OVERLAP_CASE + ["--allreduce_bucket_mb", "0", "--overlap"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --allreduce_bucket_mb: received '0 with --overlap'")
+    assert "Fix:" in err
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_bad_bucket_sizes_are_refused(value, capsys):
+    assert main(OVERLAP_CASE + ["--allreduce_bucket_mb", value]) == 2
+    assert capsys.readouterr().err.startswith("error: --allreduce_bucket_mb: received")
+
+
+def test_help_no_longer_says_the_trainer_reduces_after_backprop(capsys):
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "as horovod_train does" not in out and "--allreduce_bucket_mb" in out
