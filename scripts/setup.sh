@@ -3,8 +3,9 @@
 #   1. apt packages (OpenMPI, compilers, cmake 3.25, Slurm + munge for the Slurm tests) -
 #      only what is missing;
 #   2. the venv with the pinned requirements - only when the requirements changed;
-#   3. horovod==$HOROVOD_VERSION built from source against the venv's TensorFlow -
-#      the wheel is cached per TF/CUDA/Python version, so re-runs install it in seconds;
+#   3. horovod==$HOROVOD_VERSION built from its sdist, with scripts/horovod-patches/*.patch
+#      applied, against the venv's TensorFlow - the wheel is cached per TF/CUDA/Python
+#      version and patch set, so re-runs install it in seconds;
 #   4. this package, editable.
 # Each step leaves a stamp, so a machine that is already set up finishes in seconds.
 #
@@ -18,6 +19,10 @@ GPU=${GPU:-0}
 PYTHON=${PYTHON:-python3}
 CACHE=${HOROVOD_TRAIN_CACHE:-$HOME/.cache/horovod_train}
 HOROVOD_VERSION=0.28.1
+# The sdist the patches were written against, byte for byte (they carry no context lines,
+# so they apply only to exactly this file).
+HOROVOD_SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
+HOROVOD_PATCHES=("$ROOT"/scripts/horovod-patches/*.patch)  # what each does: its README
 REQUIREMENTS_CHANGED=0
 APT_PACKAGES=(openmpi-bin libopenmpi-dev build-essential cmake git python3-dev python3-venv iproute2 procps)
 # Debian's Slurm 22.05 and munge: tests/multiprocess/test_slurm_local.py runs real sbatch,
@@ -92,8 +97,33 @@ make_xla_placeholders() {
   done
 }
 
+# The patch set's identity: part of the wheel's cache key, so a changed patch rebuilds.
+patches_digest() { cat "${HOROVOD_PATCHES[@]}" | sha256sum | cut -c1-12; }
+
+# Echoes a fresh source tree: the pinned sdist (downloaded once into $CACHE), extracted
+# and patched. Fresh each build, so a half-applied patch can never be built.
+patched_horovod_source() {
+  local sdist=$CACHE/sdist/horovod-$HOROVOD_VERSION.tar.gz src=$CACHE/src p
+  if [[ ! -f $sdist ]]; then
+    rm -rf "$CACHE/sdist.new" && mkdir -p "$CACHE/sdist.new"
+    "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$CACHE/sdist.new" \
+      "horovod==$HOROVOD_VERSION" </dev/null >&2
+    mkdir -p "$CACHE/sdist" && mv "$CACHE/sdist.new/horovod-$HOROVOD_VERSION.tar.gz" "$sdist"
+    rm -rf "$CACHE/sdist.new"
+  fi
+  sha256sum --status -c <<<"$HOROVOD_SDIST_SHA256  $sdist" ||
+    die "$sdist: received sha256 $(sha256sum "$sdist" | cut -d' ' -f1); expected $HOROVOD_SDIST_SHA256 (the sdist the patches were written for). Fix: delete it and rerun setup"
+  rm -rf "$src" && mkdir -p "$src"
+  tar -xzf "$sdist" -C "$src"
+  for p in "${HOROVOD_PATCHES[@]}"; do
+    patch -p1 --batch --forward --silent -d "$src/horovod-$HOROVOD_VERSION" <"$p" >&2 ||
+      die "$p did not apply to horovod $HOROVOD_VERSION's sdist"
+  done
+  echo "$src/horovod-$HOROVOD_VERSION"
+}
+
 build_horovod_wheel() {
-  local wheel_dir=$1 shim=$CACHE/xla-placeholders extra=()
+  local wheel_dir=$1 shim=$CACHE/xla-placeholders extra=() src
   if [[ $GPU == 1 ]]; then
     gpu_build_env >"$CACHE/gpu-build.env"  # in this shell, so that a failure stops setup
     mapfile -t extra <"$CACHE/gpu-build.env"
@@ -101,15 +131,16 @@ build_horovod_wheel() {
     make_xla_placeholders "$shim"
     extra=("CXXFLAGS=-iquote $shim")
   fi
-  log "building horovod==$HOROVOD_VERSION from source (5-15 minutes on 2 cores); log: $CACHE/horovod-build.log"
+  src=$(patched_horovod_source)
+  log "building horovod==$HOROVOD_VERSION from source with ${#HOROVOD_PATCHES[@]} patches (5-15 minutes on 2 cores); log: $CACHE/horovod-build.log"
   # Debian's cmake 3.25 (not PyPI's cmake 4, which rejects the bundled Gloo); the policy
   # minimum is belt and braces in case a newer cmake is first on PATH. --no-cache-dir:
   # pip's own wheel cache would hand the GPU build the CPU wheel (same name and version).
   if ! env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
       HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CMAKE=/usr/bin/cmake \
       CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j2 "${extra[@]}" \
-      "$VENV/bin/pip" wheel -v --no-cache-dir --no-build-isolation --no-deps --no-binary horovod \
-        -w "$wheel_dir" "horovod==$HOROVOD_VERSION" </dev/null >"$CACHE/horovod-build.log" 2>&1; then
+      "$VENV/bin/pip" wheel -v --no-cache-dir --no-build-isolation --no-deps \
+        -w "$wheel_dir" "$src" </dev/null >"$CACHE/horovod-build.log" 2>&1; then
     tail -n 40 "$CACHE/horovod-build.log" >&2
     die "the Horovod build failed; full log in $CACHE/horovod-build.log"
   fi
@@ -123,10 +154,11 @@ print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
     CUDA_BUILD_HOME=$(find_cuda_home)
     tag=${tag/-py/-$(cuda_tag)-py}
   fi
+  tag=$tag-patches-$(patches_digest)
   stamp_want="horovod-$HOROVOD_VERSION-$tag"
-  # The stamp names the TF, Python (and CUDA) versions the wheel was built for, so a
-  # requirements change that kept them (a new tool pinned) keeps this Horovod, once
-  # it is seen to load; reinstalling it would only cost time.
+  # The stamp names the TF, Python (and CUDA) versions and the patch set the wheel was
+  # built for, so a requirements change that kept them (a new tool pinned) keeps this
+  # Horovod, once it is seen to load; reinstalling it would only cost time.
   if [[ $(cat "$VENV/.horovod.stamp" 2>/dev/null || true) == "$stamp_want" ]] &&
       { [[ $REQUIREMENTS_CHANGED == 0 ]] || "$VENV/bin/horovodrun" --check-build >/dev/null 2>&1; }; then
     log "horovod present ($stamp_want)"
