@@ -11,7 +11,13 @@ beside it under MPI), and the CPU seconds per second each rank burns while it sl
 between allreduces. The spread is the range of the per-round medians. Our backend's
 CPU-sharing default is cycle 5 ms with OMPI_MCA_mpi_yield_when_idle=1; the latter is
 kept here for every MPI configuration, as training runs it.
+
+--baseline_site DIR adds another Horovod build beside ours, launch for launch in
+alternating order: DIR is a directory Horovod was installed into with
+`pip install --no-deps --target DIR <wheel>`, e.g. stock 0.28.1 without
+scripts/horovod-patches (setup's first wheel cache, ~/.cache/horovod_train/wheels/).
 """
+import argparse
 import json
 import os
 import statistics
@@ -28,22 +34,31 @@ CACHES = ("0", "default")
 TARGET_US = 1000.0
 
 
-def measure(short: bool) -> dict:
+def measure(short: bool, baseline_site: str = "") -> dict:
+    """Per build (ours, and the baseline's when given) and controller: the summarised
+    worker JSON. The builds alternate launch by launch, so load drifts hit both."""
     configs = ",".join(f"{c}:{k}" for c in CYCLES for k in CACHES)
     opts = ["--rounds=2", "--iters=20", "--idle_s=1"] if short else \
         ["--rounds=4", "--iters=50", "--idle_s=2"]
     worker = [common.PY, os.path.join(common.ROOT, "bench", "small_allreduce_worker.py"),
               f"--configs={configs}", "--sizes=" + ",".join(map(str, SIZES))] + opts
-    env = common.child_env(OMPI_MCA_mpi_yield_when_idle="1")
-    out = {"controllers": {}}
+    builds = {"ours": common.ROOT}
+    if baseline_site:
+        builds["baseline"] = os.pathsep.join([os.path.abspath(baseline_site), common.ROOT])
+    out = {"builds": {name: {"controllers": {}} for name in builds},
+           "baseline_site": os.path.abspath(baseline_site) if baseline_site else None}
     with tempfile.TemporaryDirectory() as tmp:
         for controller in ("gloo", "mpi"):
-            path = os.path.join(tmp, f"{controller}.json")
-            extra = ["--mpi"] if controller == "mpi" else []
-            common.run(common.launcher(controller, 2) + worker + extra + [f"--out={path}"],
-                       timeout=900, env=env)
-            with open(path) as f:
-                out["controllers"][controller] = summarise(json.load(f))
+            order = list(builds) if controller == "gloo" else list(reversed(builds))
+            for name in order:
+                path = os.path.join(tmp, f"{name}-{controller}.json")
+                extra = ["--mpi"] if controller == "mpi" else []
+                env = common.child_env(OMPI_MCA_mpi_yield_when_idle="1",
+                                       PYTHONPATH=builds[name])
+                common.run(common.launcher(controller, 2) + worker + extra + [f"--out={path}"],
+                           timeout=900, env=env)
+                with open(path) as f:
+                    out["builds"][name]["controllers"][controller] = summarise(json.load(f))
     return out
 
 
@@ -85,7 +100,19 @@ def _cell(lat: dict, key: str) -> str:
 
 def report(r: dict) -> str:
     lines = []
-    for controller, got in r["controllers"].items():
+    for build, got_build in r["builds"].items():
+        where = r["baseline_site"] if build == "baseline" else "this venv"
+        lines.append(f"== {build} Horovod ({where})")
+        lines += _build_tables(got_build)
+    if "baseline" in r["builds"]:
+        lines += _comparison(r["builds"]["ours"], r["builds"]["baseline"])
+    lines.append(f"target: under {TARGET_US:.0f} us without idle CPU near 1 s/s (a spinning core)")
+    return "\n".join(lines)
+
+
+def _build_tables(got_build: dict) -> list:
+    lines = []
+    for controller, got in got_build["controllers"].items():
         headers = ["cycle ms", "cache"]
         modes = [("eager_s", "eager"), ("graph_s", "tf.fn")]
         if controller == "mpi":
@@ -105,9 +132,46 @@ def report(r: dict) -> str:
                   common.table(headers, rows),
                   f"idle CPU s/s of rank 0 with Horovod shut down: "
                   f"{got.get('idle_cpu_no_horovod_r0') or float('nan'):.3f}", ""]
-    lines.append(f"target: under {TARGET_US:.0f} us without idle CPU near 1 s/s (a spinning core)")
-    return "\n".join(lines)
+    return lines
+
+
+def _comparison(ours: dict, base: dict) -> list:
+    """One row per controller and cycle (Horovod's default cache): eager median us of
+    ours / the baseline per size, and both builds' idle CPU."""
+    rows = []
+    for controller, got in ours["controllers"].items():
+        base_rows = {(x["cycle_ms"], x["cache"]): x for x in base["controllers"][controller]["rows"]}
+        for row in got["rows"]:
+            other = base_rows.get((row["cycle_ms"], row["cache"]))
+            if row["cache"] != "default" or other is None:
+                continue
+            cells = [controller, f"{row['cycle_ms']:g}"]
+            for size in SIZES:
+                key = f"{size}:eager_s"
+                cells.append(f"{row['latency'][key]['median_us']:.0f} / "
+                             f"{other['latency'][key]['median_us']:.0f}")
+            cells += [_idle(row), _idle(other)]
+            rows.append(cells)
+    headers = ["ctrl", "cycle ms"] + [f"{common.size_label(s)} us ours / baseline" for s in SIZES]
+    return ["ours beside the baseline build (eager, default cache, median us):",
+            common.table(headers + ["idle CPU ours", "idle CPU baseline"], rows), ""]
+
+
+def _idle(row: dict) -> str:
+    return ", ".join(f"{v:.2f}" for v in row["idle_cpu_per_s_per_rank"])
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="the `make bench` version")
+    parser.add_argument("--out", default=os.path.join(common.OUT_DIR, "small_allreduce.json"))
+    parser.add_argument("--baseline_site", default="",
+                        help="a directory holding another Horovod build to measure beside ours")
+    args = parser.parse_args(argv)
+    return common.run_figure("small_allreduce",
+                             lambda short: measure(short, args.baseline_site),
+                             report, args.short, args.out)
 
 
 if __name__ == "__main__":
-    common.main("small_allreduce", __doc__, measure, report)
+    main()
