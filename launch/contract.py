@@ -70,8 +70,10 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # Chosen by the launcher (for the ranks it starts) and by the horovod backend (for ranks
 # started otherwise), only where the user has not set them; never on a GPU host.
 CPU_SHARING_DEFAULTS = types.MappingProxyType({
-    # Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms; at the 1 ms
-    # default it steals cycles from ranks that share cores.
+    # Horovod's background thread coordinates every HOROVOD_CYCLE_TIME ms; at the 1 ms
+    # default an idle rank steals cycles from ranks that share cores. Our build wakes it
+    # as soon as a tensor is submitted (scripts/horovod-patches), so the longer cycle
+    # costs an allreduce no latency; it only sets how often an idle rank checks in.
     "HOROVOD_CYCLE_TIME": "5",
     # Open MPI busy-polls while waiting; yielding gives the core back to the
     # neighbouring rank. Read at MPI_Init, i.e. inside hvd.init().
