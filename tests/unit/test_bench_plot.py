@@ -103,7 +103,7 @@ def test_targets_are_marked_met_or_missed(tmp_path):
                                                                    "CPU-s per image"]
     assert {"95%", "97%", "81%", "93%"} <= {t.get_text() for t in m5.texts}
     ops = [ax for ax in fig.axes if ax.get_ylabel() == "allreduce ops per optimizer step"][0]
-    assert ops.get_title().endswith("target 1 for every k: met")
+    assert ops.get_title().endswith("target 1 (k = 1's buckets) for every k: met")
 
 
 def test_an_older_m2_file_wall_clock_only_still_plots(tmp_path):
