@@ -183,6 +183,11 @@ def _bandwidth(data, req, world, shares, per_sample, micro, accum, notes):
     where = "intra-node" if nodes <= 1 else "per-node network"
     notes.append(f"measured {comm_s * 1e3:.1f} ms of allreduce per step: {where} bus "
                  f"bandwidth {busbw / 1e9:.1f} GB/s")
+    if req.overlap:
+        notes.append("the run's comm is taken as the allreduce's whole time, but a run with "
+                     "the trainer's default buckets measures only the exposed part, which this "
+                     "overlapping plan hides again: calibrate from a --allreduce_bucket_mb=0 "
+                     "run and plan --allreduce_bucket_mb 0 to reproduce it")
     return (busbw, None) if nodes <= 1 else (None, busbw)
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 
+from horovod_train.config import DEFAULT_BUCKET_MB  # TF-free: the trainer's one constant
 from horovod_train.plan import hardware
 from horovod_train.plan.calibrate import calibrate
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
@@ -63,14 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad_accum_steps", type=int, default=1)
     p.add_argument("--compression", default="none",
                    help="gradients on the wire, as the trainer's: " + ", ".join(WIRE_BYTES))
+    # The trainer's flag, with the trainer's default (one constant): buckets of
+    # DEFAULT_BUCKET_MB reduced while backprop runs, so the planner overlaps unless told 0.
+    p.add_argument("--allreduce_bucket_mb", type=float, default=DEFAULT_BUCKET_MB,
+                   metavar="MIB",
+                   help=f"the trainer's flag and default ({DEFAULT_BUCKET_MB:g}): > 0 plans "
+                        "the allreduce overlapping backprop, as the trainer's gradient buckets "
+                        "do; 0 plans one grouped allreduce after backprop (the trainer's 0), "
+                        "the most exposed comm")
     p.add_argument("--overlap", action="store_true",
-                   help="allreduce overlaps backprop, as the trainer's gradient buckets (its "
-                        "default --allreduce_bucket_mb 4) and Horovod's DistributedOptimizer "
-                        "do; default: one grouped allreduce after backprop (the trainer's "
-                        "--allreduce_bucket_mb 0), the most exposed comm")
-    p.add_argument("--allreduce_bucket_mb", type=float, metavar="MIB",
-                   help="the trainer's flag: > 0 (buckets sent during backprop) plans with "
-                        "--overlap, 0 (one grouped call after it) without")
+                   help="allreduce overlaps backprop (also Horovod's DistributedOptimizer): "
+                        "the default since --allreduce_bucket_mb defaults to "
+                        f"{DEFAULT_BUCKET_MB:g}; kept for older commands, refused with "
+                        "--allreduce_bucket_mb 0")
     # The trainer's flags, names and meaning: MiB and ms, 0 = Horovod's default.
     p.add_argument("--fusion_threshold_mb", type=float, default=0.0,
                    help=f"HOROVOD_FUSION_THRESHOLD in MiB; 0 = Horovod's {HOROVOD_FUSION_MB:g}")
@@ -109,19 +115,20 @@ def _horovod_knob(flag: str, value: float, default: float, example: int) -> floa
     return value or default
 
 
-def _overlap(bucket_mb: float | None, overlap: bool) -> bool:
-    """The trainer's --allreduce_bucket_mb selects the overlap model; the bucket size
-    itself is not modelled (Horovod's cycle fuses what backprop has produced)."""
-    if bucket_mb is None:
-        return overlap
+def _overlap(bucket_mb: float, overlap: bool) -> bool:
+    """The trainer's --allreduce_bucket_mb (default DEFAULT_BUCKET_MB) selects the overlap
+    model; the bucket size itself is not modelled (Horovod's cycle fuses what backprop has
+    produced). --overlap says the same as any size > 0."""
     if not (bucket_mb >= 0 and math.isfinite(bucket_mb)):
         raise plan_error("--allreduce_bucket_mb", bucket_mb, "0 (one grouped allreduce after "
                          "backprop) or a finite positive number of MiB",
-                         "pass --allreduce_bucket_mb 4 (the trainer's default)")
+                         f"pass --allreduce_bucket_mb {DEFAULT_BUCKET_MB:g} (the trainer's "
+                         "default), or 0")
     if bucket_mb == 0 and overlap:
         raise plan_error("--allreduce_bucket_mb", "0 with --overlap", "one of them: 0 is one "
                          "grouped allreduce after backprop, which does not overlap",
-                         "drop --overlap, or pass --allreduce_bucket_mb 4")
+                         "drop --overlap to plan no overlap, or drop --allreduce_bucket_mb 0 "
+                         f"(the default, {DEFAULT_BUCKET_MB:g}, overlaps)")
     return bucket_mb > 0
 
 

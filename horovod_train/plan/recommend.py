@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from horovod_train.config import DEFAULT_BUCKET_MB  # TF-free: the trainer's one constant
 from horovod_train.plan.comm import Fabric
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, Assumptions,
                                      Calibration, Job, Prediction, memory, predict)
@@ -30,7 +31,7 @@ class PlanRequest:
     optimizer: str = "momentum"
     checkpointing: bool = False
     compression: str = "none"
-    overlap: bool = False
+    overlap: bool = DEFAULT_BUCKET_MB > 0     # the trainer's default buckets overlap backprop
     fusion_bytes: float = HOROVOD_FUSION_MB * 2 ** 20
     cycle_s: float = HOROVOD_CYCLE_MS * 1e-3
     target_hours: float | None = None

@@ -24,13 +24,27 @@ def _write(tmp_path, data):
 def test_breakdown_calibrates_compute_bandwidth_and_input_wait(tmp_path):
     run = _write(tmp_path, {"samples_per_sec": 3000.0, "world_size": 2, "batch_per_gpu": 64,
                             "breakdown": {"compute_s": 0.035, "comm_s": 0.006, "data_s": 0.002}})
-    req = _req()
+    # The run's comm is all of the allreduce (one grouped call after backprop, the
+    # trainer's --allreduce_bucket_mb=0), and so is the plan's.
+    req = _req("--allreduce_bucket_mb", "0")
     calib = calibrate(run, req)
     assert calib.intra_busbw is not None and calib.node_net_bw is None
     assert calib.data_s_per_sample > 0 and calib.compute_scale > 0
+    assert not any("exposed part" in n for n in calib.notes)
     # The calibrated planner reproduces the run it was calibrated on.
     predicted = evaluate(req, 1, calib=calib).prediction.throughput
     assert predicted == pytest.approx(3000.0, rel=0.05)
+
+
+def test_an_overlapping_plan_says_its_calibrated_comm_is_not_the_runs(tmp_path):
+    # The planner's default is the trainer's (buckets overlapping backprop): the run's
+    # measured comm is then only the exposed part, and the note says how to reproduce it.
+    run = _write(tmp_path, {"samples_per_sec": 3000.0, "world_size": 2, "batch_per_gpu": 64,
+                            "breakdown": {"compute_s": 0.035, "comm_s": 0.006, "data_s": 0.002}})
+    req = _req()
+    assert req.overlap
+    note = next(n for n in calibrate(run, req).notes if "exposed part" in n)
+    assert "--allreduce_bucket_mb 0" in note and "--allreduce_bucket_mb=0" in note
 
 
 def test_fractions_nested_under_train_and_aliases(tmp_path):

@@ -1,4 +1,5 @@
 """The planner's command line: tables, JSON, PNG, exit codes and one-line errors."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -6,7 +7,7 @@ import sys
 
 import pytest
 
-from horovod_train.plan.cli import main
+from horovod_train.plan.cli import build_parser, main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ISSUE_EXAMPLE = ["--model", "resnet50", "--global_batch", "2048", "--gpu", "a100-40gb",
@@ -270,7 +271,8 @@ def test_help_and_levers_speak_batch_size(capsys):
 
 
 # The trainer's --allreduce_bucket_mb picks the planner's allreduce model: buckets (> 0,
-# the trainer's default 4) overlap backprop, 0 is one grouped call after it.
+# the trainer's default 4) overlap backprop, 0 is one grouped call after it. Not given,
+# the planner plans the trainer's default.
 OVERLAP_CASE = ["--model", "resnet50", "--batch_size", "64", "--gpu", "a100-40gb",
                 "--interconnect", "ib-hdr", "--nodes", "1,4", "--json"]
 
@@ -280,30 +282,54 @@ def _plan_json(flags, capsys):
     return json.loads(capsys.readouterr().out)
 
 
+def _trainer_bucket_default() -> float:
+    """The trainer's --allreduce_bucket_mb default, read off its config field."""
+    from horovod_train.config import SpeedConfig
+    return next(f.default for f in dataclasses.fields(SpeedConfig)
+                if f.name == "allreduce_bucket_mb")
+
+
 @pytest.mark.parametrize("flags, overlap", [
     (["--allreduce_bucket_mb", "4"], True), (["--allreduce-bucket-mb=0.5"], True),
-    (["--allreduce_bucket_mb", "0"], False), ([], False)])
+    (["--allreduce_bucket_mb", "0"], False), ([], True), (["--overlap"], True)])
 def test_allreduce_bucket_mb_selects_the_overlap_model(flags, overlap, capsys):
     plan = _plan_json(flags, capsys)
     assert plan["overlap"] is overlap
-    same = _plan_json(["--overlap"] if overlap else [], capsys)
+    same = _plan_json(["--allreduce_bucket_mb", "1" if overlap else "0"], capsys)
     assert plan["rows"] == same["rows"]
+
+
+def test_the_default_is_the_trainers(capsys):
+    from horovod_train.config import DEFAULT_BUCKET_MB
+    default = _trainer_bucket_default()
+    assert default == DEFAULT_BUCKET_MB > 0
+    assert build_parser().parse_args(OVERLAP_CASE).allreduce_bucket_mb == default
+    # Not given = the trainer's default, row for row; 0 = a different (slower) plan.
+    given = _plan_json(["--allreduce_bucket_mb", f"{default:g}"], capsys)
+    assert _plan_json([], capsys) == given and given["overlap"] is True
+    after = _plan_json(["--allreduce_bucket_mb", "0"], capsys)
+    four = given["rows"][-1]
+    assert after["rows"][-1]["comm_exposed_s"] > four["comm_exposed_s"], (after, four)
 
 
 def test_buckets_of_zero_and_overlap_contradict(capsys):
     assert main(OVERLAP_CASE + ["--allreduce_bucket_mb", "0", "--overlap"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --allreduce_bucket_mb: received '0 with --overlap'")
-    assert "Fix:" in err
+    assert err.startswith("error: --allreduce_bucket_mb: received '0 with --overlap'; "
+                          "expected one of them")
+    assert "Fix: drop --overlap" in err and "\n" not in err.strip()
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
 def test_bad_bucket_sizes_are_refused(value, capsys):
     assert main(OVERLAP_CASE + ["--allreduce_bucket_mb", value]) == 2
-    assert capsys.readouterr().err.startswith("error: --allreduce_bucket_mb: received")
+    err = capsys.readouterr().err
+    assert err.startswith("error: --allreduce_bucket_mb: received")
+    assert "Fix: pass --allreduce_bucket_mb 4 (the trainer's default), or 0" in err
 
 
-def test_help_no_longer_says_the_trainer_reduces_after_backprop(capsys):
+def test_help_says_the_default_is_the_trainers_overlap(capsys):
     assert main(["--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "as horovod_train does" not in out and "--allreduce_bucket_mb" in out
+    assert "as horovod_train does" not in out and "the most exposed comm" in out
+    assert "the trainer's flag and default (4): > 0 plans the allreduce overlapping" in out
