@@ -1,0 +1,30 @@
+"""A bucket's gradients travel as one tensor (backends/horovod.py _packed_mean): on 2 real
+ranks the means equal Horovod's own grouped allreduce of the same tensors, bit for bit, with
+every shape and dtype kept, eager and in a tf.function, and every rank gets the same bytes."""
+import json
+import os
+import sys
+
+import pytest
+
+from helpers import ROOT, child_env, run_cli
+from ranks import BIN
+
+pytestmark = pytest.mark.slow
+WORKER = os.path.join(ROOT, "tests", "multiprocess", "packed_worker.py")
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_packed_means_equal_horovods_grouped_allreduce(tmp_path, controller):
+    pytest.importorskip("horovod.tensorflow")
+    argv = [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", f"--{controller}",
+            sys.executable, WORKER, str(tmp_path)]
+    proc = run_cli(argv, timeout=300, env=child_env(TF_NUM_INTRAOP_THREADS=1))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert proc.returncode == 0 and names == ["rank0.json", "rank1.json"], \
+        f"rc={proc.returncode}, results {names}:\n{proc.stderr[-4000:]}"
+    ranks = [json.loads((tmp_path / n).read_text()) for n in names]
+    for r in ranks:
+        assert r["shapes_dtypes_kept"] and r["equal_eager"] and r["equal_in_graph"] \
+            and r["equal_one_bucket"], r
+    assert ranks[0]["digest"] == ranks[1]["digest"]
