@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from horovod_train.config import DEFAULT_BUCKET_MB  # TF-free: the trainer's one constant
 from horovod_train.plan.hardware import Link
 
 
@@ -68,6 +69,11 @@ def allreduce_seconds(nbytes: float, fabric: Fabric) -> tuple[float, str]:
     return (flat, "flat ring") if flat <= hier else (hier, "hierarchical ring")
 
 
+# Backprop hands gradients to Horovod in pieces of the trainer's default gradient bucket
+# (--allreduce_bucket_mb): the unit a cycle can send as soon as it is ready.
+PIECE_BYTES = DEFAULT_BUCKET_MB * 2 ** 20
+
+
 @dataclasses.dataclass(frozen=True)
 class CommResult:
     exposed_s: float        # communication time not hidden behind backprop
@@ -77,49 +83,51 @@ class CommResult:
 
 
 def exposed_comm(grad_bytes: float, fabric: Fabric, fusion_bytes: float, cycle_s: float,
-                 overlap_window_s: float) -> CommResult:
+                 overlap_window_s: float, piece_bytes: float = PIECE_BYTES) -> CommResult:
     """Exposed allreduce time per optimizer step.
 
     Without overlap (overlap_window_s == 0: one grouped allreduce after the backward
-    pass, as horovod_train's step does) the buckets run back to back. With overlap
-    (Horovod's DistributedOptimizer / per-tensor allreduce) gradients are assumed to
-    become ready uniformly during the backward pass; every cycle Horovod's background
-    thread fuses whatever is ready, up to the fusion threshold, into one allreduce
-    (Tensor Fusion, horovod docs/tensor-fusion.rst). We simulate that loop.
+    pass, as horovod_train's step does with --allreduce_bucket_mb 0) the fused buffers
+    run back to back. With overlap (the trainer's gradient buckets, Horovod's
+    DistributedOptimizer) backprop submits gradients in pieces of `piece_bytes` at a
+    steady rate, and Horovod's background loop sends them: see _simulate_overlap.
     """
     if fabric.world <= 1 or grad_bytes <= 0:
         return CommResult(0.0, 0.0, 0, "none")
     fusion = fusion_bytes if fusion_bytes > 0 else grad_bytes
     algorithm = allreduce_seconds(grad_bytes, fabric)[1]
     if overlap_window_s <= 0:
-        full, rest = divmod(grad_bytes, fusion)
-        busy = full * allreduce_seconds(fusion, fabric)[0]
-        if rest > 0:
-            busy += allreduce_seconds(rest, fabric)[0]
-        calls = int(full) + (rest > 0)
+        busy, calls = _send(grad_bytes, fabric, fusion)
         # The last tensor waits on average half a cycle for the background thread.
         return CommResult(busy + cycle_s / 2, busy, calls, algorithm)
-    return _simulate_overlap(grad_bytes, fabric, fusion, cycle_s, overlap_window_s, algorithm)
+    return _simulate_overlap(grad_bytes, fabric, fusion, overlap_window_s, piece_bytes,
+                             algorithm)
 
 
-def _simulate_overlap(total: float, fabric: Fabric, fusion: float, cycle_s: float,
-                      window: float, algorithm: str) -> CommResult:
-    # Coarser cycles for very long backward passes keep the loop under ~4000 turns;
-    # the result changes by less than one cycle.
-    cycle = max(cycle_s, window / 4000, 1e-6)
-    rate = total / window
-    t = sent = busy = 0.0
-    calls = 0
-    while sent < total * (1 - 1e-12):
-        t = math.ceil(t / cycle - 1e-9) * cycle          # next tick of the background loop
-        ready = min(total, rate * t) - sent
-        if ready <= total * 1e-12:
-            t += cycle
-            continue
-        chunk = min(ready, fusion)
-        seconds = allreduce_seconds(chunk, fabric)[0]
-        t += seconds
-        busy += seconds
-        sent += chunk
-        calls += 1
+def _send(nbytes: float, fabric: Fabric, fusion: float) -> tuple[float, int]:
+    """Seconds and calls to send `nbytes` as fused buffers of at most `fusion` bytes,
+    one after another (Horovod performs a cycle's fused responses sequentially)."""
+    full, rest = divmod(nbytes, fusion)
+    seconds = full * allreduce_seconds(fusion, fabric)[0]
+    if rest > nbytes * 1e-12:
+        seconds += allreduce_seconds(rest, fabric)[0]
+    return seconds, int(full) + (rest > nbytes * 1e-12)
+
+
+def _simulate_overlap(total: float, fabric: Fabric, fusion: float, window: float,
+                      piece_bytes: float, algorithm: str) -> CommResult:
+    # Backprop submits `pieces` equal pieces, piece i at (i + 1) * gap (the last one as
+    # backprop ends). Our patched Horovod starts a cycle the moment a piece is submitted
+    # to an idle loop, or at once after a cycle that left pieces pending
+    # (scripts/horovod-patches/README.md), so no cycle time is waited out. A cycle sends
+    # every piece submitted by its start, fused up to the threshold, back to back.
+    pieces = max(1, math.ceil(total / piece_bytes - 1e-9))
+    size, gap = total / pieces, window / pieces
+    t = busy = 0.0
+    done = calls = 0
+    while done < pieces:
+        t = max(t, (done + 1) * gap)                       # idle until the next submission
+        ready = max(done + 1, min(pieces, int(t / gap + 1e-9)))
+        seconds, n = _send((ready - done) * size, fabric, fusion)
+        t, busy, calls, done = t + seconds, busy + seconds, calls + n, ready
     return CommResult(max(0.0, t - window), busy, calls, algorithm)
