@@ -117,8 +117,8 @@ def _horovod_knob(flag: str, value: float, default: float, example: int) -> floa
 
 def _overlap(bucket_mb: float, overlap: bool) -> bool:
     """The trainer's --allreduce_bucket_mb (default DEFAULT_BUCKET_MB) selects the overlap
-    model; the bucket size itself is not modelled (Horovod's cycle fuses what backprop has
-    produced). --overlap says the same as any size > 0."""
+    model; the size itself is not modelled (comm.py takes the gradients as submitted in
+    pieces of the default size). --overlap says the same as any size > 0."""
     if not (bucket_mb >= 0 and math.isfinite(bucket_mb)):
         raise plan_error("--allreduce_bucket_mb", bucket_mb, "0 (one grouped allreduce after "
                          "backprop) or a finite positive number of MiB",
