@@ -109,10 +109,9 @@ class HorovodBackend(Backend):
         return self.info
 
     def allreduce_gradients(self, grads, compression=None):
-        # One grouped call per bucket (backends/buckets.py), last layers first: each is
+        # One allreduce per bucket (backends/buckets.py), last layers first: each is
         # issued as soon as backprop has produced its gradients, so the early buckets
-        # travel while the rest is computed. Horovod fuses a bucket into as few ring
-        # passes as its fusion buffer allows; every rank builds the same buckets.
+        # travel while the rest is computed; every rank builds the same buckets.
         grads = list(grads)
         compression = compression or self.compression
         reduce = self._allreduce_bf16 if compression == "bf16" else \
@@ -128,11 +127,32 @@ class HorovodBackend(Backend):
         return out
 
     def _allreduce(self, grads, wire):
-        """(means, bytes sent): one grouped allreduce, cast to `wire` for the trip."""
+        """(means, bytes sent): the bucket's mean, cast to `wire` for the trip."""
         sent = [tf.cast(g, wire) if wire else g for g in grads]
-        reduced = self._hvd.grouped_allreduce(sent, op=self._hvd.Average)
+        reduced = self._packed_mean(sent)
         return ([tf.cast(r, g.dtype) for r, g in zip(reduced, grads)],
                 sum(g.shape.num_elements() * g.dtype.size for g in sent))
+
+    def _packed_mean(self, tensors) -> list:
+        """Means of `tensors`: per dtype, ONE allreduce of them all laid end to end, then
+        cut back. Horovod's cost grows with the number of tensors it is handed (an entry
+        each to negotiate, copy into its fusion buffer and out again: 128 x 16 KiB took
+        2.8x one tensor of the same bytes); TF's concat and split are one pass each.
+        Elementwise the same sums, so the same result as a grouped allreduce."""
+        out = [None] * len(tensors)
+        by_dtype = {}
+        for i, t in enumerate(tensors):
+            by_dtype.setdefault(t.dtype, []).append(i)
+        for index in by_dtype.values():
+            if len(index) == 1:
+                out[index[0]] = self._hvd.allreduce(tensors[index[0]], op=self._hvd.Average)
+                continue
+            flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in index], axis=0)
+            mean = self._hvd.allreduce(flat, op=self._hvd.Average)
+            parts = tf.split(mean, [tensors[i].shape.num_elements() for i in index])
+            for i, part in zip(index, parts):
+                out[i] = tf.reshape(part, tf.shape(tensors[i]))
+        return out
 
     def graph_mean(self, tensors, compression=None) -> list:
         # Horovod's ops run in any tf.function, replica context or not.
