@@ -171,7 +171,7 @@ def m3(ax, r):
     from horovod_train.observe import plots
     sizes = [x["bytes"] for x in r["m3"]]
     ax.loglog(sizes, [x["ours_busbw"] for x in r["m3"]], "o-", color=OURS,
-              label="ours (grouped_allreduce)")
+              label="ours (allreduce_gradients)")
     ax.loglog(sizes, [x["mpi4py_busbw"] for x in r["m3"]], "s--", color=OTHERS,
               label="mpi4py Allreduce")
     ax.set_xticks(sizes, [common.size_label(s) for s in sizes], rotation=30, ha="right")
