@@ -170,6 +170,8 @@ def m5(tf, backend, comm, clock, args) -> list:
 
 def main(argv=None):
     args = parse(argv)
+    from horovod_train import runtime
+    allocator = runtime.choose_cpu_allocator()  # as our program does, before TF's first op
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -179,7 +181,7 @@ def main(argv=None):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     clock = Clock(comm)
-    figures = {"ranks": info.size, "chosen_env": backend.chosen_env,
+    figures = {"ranks": info.size, "chosen_env": {**allocator, **backend.chosen_env},
                "env": {k: os.environ.get(k) for k in
                        ("HOROVOD_CYCLE_TIME", "OMPI_MCA_mpi_yield_when_idle",
                         "HOROVOD_FUSION_THRESHOLD")}}

@@ -49,7 +49,7 @@ def ours(prefix: list, steps: int, threads: int = 1, extra=(), timeout=900,
     return {"per_rank": rates or summary["samples_per_sec_per_rank"], "ranks": size,
             "from": "log intervals" if rates else "summary",
             "data_share": common.interval_shares(log, "data"),
-            "chosen_env": "CPU-sharing defaults chosen" in log, **_from_summary(summary, log)}
+            "chosen_env": "CPU defaults chosen" in log, **_from_summary(summary, log)}
 
 
 def bare(prefix: list, steps: int, threads: int = 1, timeout=900, model: str = "digits_cnn",

@@ -194,6 +194,7 @@ def _setup(config, launch):
     name = backends.resolve(config.runtime.backend, launch, os.environ)
     # UsageError on a bad option: before TF runs.
     backend = backends.create_from_config(name, config, _timeline_path(config, launch))
+    allocator = runtime.choose_cpu_allocator()
     intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)
@@ -204,9 +205,10 @@ def _setup(config, launch):
     logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
                  "jit_compile %s | %s", backend.describe(), info.size, info.local_size, intra,
                  inter, jit, console.changed_options(config))
-    if backend.chosen_env:
-        logging.info("config | CPU-sharing defaults chosen (override by setting them): %s",
-                     " ".join(f"{k}={v}" for k, v in sorted(backend.chosen_env.items())))
+    chosen = {**allocator, **backend.chosen_env}
+    if chosen:
+        logging.info("config | CPU defaults chosen (override by setting them): %s",
+                     " ".join(f"{k}={v}" for k, v in sorted(chosen.items())))
     if config.observe.horovod_timeline and not backend.timeline_path:
         logging.warning("timeline | --horovod_timeline is Horovod's own; backend %s writes none",
                         backend.name)

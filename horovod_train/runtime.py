@@ -3,6 +3,27 @@ from absl import logging
 
 from horovod_train import env
 
+# TensorFlow reads this once, when its first op creates the CPU allocator.
+ENV_TF_CPU_BFC = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def choose_cpu_allocator(environ=None, gpus=None) -> dict:
+    """On a CPU host, TF's pooling (BFC) CPU allocator, unless the user set the variable;
+    returns what it chose. TF's default allocator mallocs every tensor afresh, and glibc
+    maps a large one anew each time, so each allreduce's output (and each big gradient)
+    faults its pages in again: a 64 MiB Horovod allreduce took 1.7x its transfer alone
+    (bench/comm.py M3, docs/benchmarks.md). Must run before TF's first op, as
+    configure_threads must. GPU hosts keep TF's default: unmeasured there."""
+    import os
+    environ = os.environ if environ is None else environ
+    if gpus is None:
+        import tensorflow as tf
+        gpus = len(tf.config.list_physical_devices("GPU"))  # creates no device
+    if gpus or ENV_TF_CPU_BFC in environ:
+        return {}
+    environ[ENV_TF_CPU_BFC] = "true"
+    return {ENV_TF_CPU_BFC: "true"}
+
 
 def configure_threads(config, local_size: int) -> tuple[int, int]:
     """Sets intra/inter-op threads; several ranks per host split the cores."""
@@ -20,7 +41,8 @@ def configure_threads(config, local_size: int) -> tuple[int, int]:
         intra = tf.config.threading.get_intra_op_parallelism_threads()
         inter = tf.config.threading.get_inter_op_parallelism_threads()
         logging.warning("threads | TensorFlow already initialised; keeping intra %d inter %d "
-                        "(0 = TF default). Set threads before running TF ops to change them.",
+                        "(0 = TF default) and its CPU allocator. Set threads before running "
+                        "TF ops to change them.",
                         intra, inter)
     return intra, inter
 

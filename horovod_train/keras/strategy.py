@@ -48,6 +48,7 @@ class Strategy:
         self.options = {**_defaults(type(self.backend)), **requested}
         threads = types.SimpleNamespace(intra_op_threads=requested["intra_op_threads"],
                                         inter_op_threads=requested["inter_op_threads"])
+        runtime.choose_cpu_allocator()  # before TF runs an op, as threads are
         self.threads = runtime.configure_threads(threads, launch.local_size)
         try:
             # setup() also pins this rank's GPU (devices.pin_gpu), as for the CLI.
