@@ -1,4 +1,6 @@
 """Process-level TensorFlow settings that must be made before TF runs any op."""
+import os
+
 from absl import logging
 
 from horovod_train import env
@@ -14,7 +16,6 @@ def choose_cpu_allocator(environ=None, gpus=None) -> dict:
     faults its pages in again: a 64 MiB Horovod allreduce took 1.7x its transfer alone
     (bench/comm.py M3, docs/benchmarks.md). Must run before TF's first op, as
     configure_threads must. GPU hosts keep TF's default: unmeasured there."""
-    import os
     environ = os.environ if environ is None else environ
     if gpus is None:
         import tensorflow as tf
