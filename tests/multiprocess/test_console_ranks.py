@@ -26,6 +26,11 @@ OURS = re.compile(TAG + r"(?:gpu   |config |scaling |train |divergence |eval  |d
 LONG_NUMBER = re.compile(r"\d{10,}")  # a float's 16 digits (loss 0.0009377987735206261)
 BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/60 +\d+% \| (?:\d+|-) samples/s \| eta ")
 SHORT = ["--max_steps=60", "--log_every=20", "--eval_every_epochs=0", "--noinstrument"]
+# For the bar: steps slow enough, and lines rare enough, that it is redrawn between them.
+# After each line the chief holds the bar 0.5 s (BAR_HOLD_S); digits' default batch runs
+# 60 steps in well under that on a fast host, so SHORT's run may never show a moving bar.
+BAR_RUN = ["--max_steps=60", "--epochs=20", "--log_every=60", "--batch_size=128",
+           "--eval_every_epochs=0", "--noinstrument"]
 
 
 def _env(**extra) -> dict:
@@ -107,7 +112,7 @@ def _in_terminal(argv, env, timeout=600) -> tuple[int, str]:
 
 @pytest.mark.parametrize("controller, tag", [("gloo", "[0]<stderr>:"), ("mpi", "[1,0]<stderr>:")])
 def test_on_a_terminal_the_chief_draws_a_bar_under_horovodrun(controller, tag):
-    code, shown = _in_terminal(horovodrun(2, controller, SHORT), _env())
+    code, shown = _in_terminal(horovodrun(2, controller, BAR_RUN), _env())
     assert code == 0, shown[-4000:]
     assert BAR.search(shown), shown[-4000:]
     # Drawn on the terminal by the chief itself, not a line through the launcher.
