@@ -72,10 +72,11 @@ def bare(prefix: list, steps: int, threads: int = 1, timeout=900, model: str = "
             "cpu": sum(r["cpu_s"] for r in results) / sum(r["images"] for r in results)}
 
 
-def keras_fit(steps: int, threads: int = 1, timeout=900) -> dict:
+def keras_fit(steps: int, threads: int = 1, timeout=900, env: dict | None = None) -> dict:
+    """Plain model.fit; `env`: variables to add to its environment."""
     out = common.run([common.PY, os.path.join(common.ROOT, "bench", "keras_fit.py"),
                       f"--steps={steps}", f"--warmup={2 * INTERVAL}", f"--threads={threads}"],
-                     timeout)
+                     timeout, env=common.child_env(**(env or {})))
     res = common.json_lines(out)[-1]
     return {"per_rank": [res["samples_per_sec"]], "ranks": 1, "jit_compile": res["jit_compile"]}
 
