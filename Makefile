@@ -36,9 +36,10 @@ train: setup
 	  print('summary: %d ranks, test accuracy %.4f, %.0f samples/s, identical weights on all ranks: %s' % \
 	  (s['world_size'], s['test_accuracy'], s['samples_per_sec'], len(set(s['weight_digests'])) == 1))"
 
-# Every tier, slow multi-process tests included (this is what CI runs).
+# Every tier, slow multi-process tests included (this is what CI runs). The 20 slowest
+# tests are listed before the closing line, so a CI log shows where its time went.
 test: setup
-	python -m pytest tests
+	python -m pytest --durations=20 tests
 
 # The fast tier alone: no test that starts several ranks.
 test-fast: setup
