@@ -196,15 +196,16 @@ def _setup(config, launch):
     backend = backends.create_from_config(name, config, _timeline_path(config, launch))
     allocator = runtime.choose_cpu_allocator()
     intra, inter = runtime.configure_threads(config.runtime, launch.local_size)
+    placed = runtime.bind_cpus(launch, config.runtime.elastic)  # before the backend's threads
     info = backend.setup()
     runtime.quiet_non_chief(info.is_chief)
     runtime.configure_determinism(config.runtime)
     # After setup(), which pinned this rank's GPU: the devices it will train on.
     jit = resolve_jit_compile(config.speed.jit_compile, runtime.visible_gpus(),
                               config.runtime.deterministic)
-    logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d | "
+    logging.info("config | backend %s | ranks %d (local %d) | threads intra %d inter %d, %s | "
                  "jit_compile %s | %s", backend.describe(), info.size, info.local_size, intra,
-                 inter, jit, console.changed_options(config))
+                 inter, placed, jit, console.changed_options(config))
     chosen = {**allocator, **backend.chosen_env}
     if chosen:
         logging.info("config | CPU defaults chosen (override by setting them): %s",

@@ -3,7 +3,7 @@ import os
 
 from absl import logging
 
-from horovod_train import env
+from horovod_train import cpus, env
 
 # TensorFlow reads this once, when its first op creates the CPU allocator.
 ENV_TF_CPU_BFC = "TF_CPU_ALLOCATOR_USE_BFC"
@@ -24,6 +24,20 @@ def choose_cpu_allocator(environ=None, gpus=None) -> dict:
         return {}
     environ[ENV_TF_CPU_BFC] = "true"
     return {ENV_TF_CPU_BFC: "true"}
+
+
+def bind_cpus(launch, elastic: bool = False, gpus=None) -> str:
+    """Binds this rank to its share of a CPU host's cores (horovod_train/cpus.py) unless
+    a launcher bound it or the host has GPUs; returns what was decided, for the log.
+    Call after configure_threads (whose rule counts the cores this process may use) and
+    before the backend starts its threads."""
+    if gpus is None:
+        import tensorflow as tf
+        gpus = len(tf.config.list_physical_devices("GPU"))  # creates no device
+    chosen, why = cpus.planned(launch.local_rank, launch.local_size, gpus, elastic)
+    if chosen is not None:
+        cpus.bind_process(chosen)
+    return why
 
 
 def configure_threads(config, local_size: int) -> tuple[int, int]:

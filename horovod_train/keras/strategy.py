@@ -50,6 +50,7 @@ class Strategy:
                                         inter_op_threads=requested["inter_op_threads"])
         runtime.choose_cpu_allocator()  # before TF runs an op, as threads are
         self.threads = runtime.configure_threads(threads, launch.local_size)
+        self.cpus = runtime.bind_cpus(launch)  # before the backend starts its threads
         try:
             # setup() also pins this rank's GPU (devices.pin_gpu), as for the CLI.
             self.info = self.backend.setup()
@@ -63,8 +64,8 @@ class Strategy:
                 f"script, before building models or running TF ops") from None
         runtime.quiet_non_chief(self.is_chief)
         if self.is_chief:
-            logging.info("htk | backend %s | ranks %d (local %d) | threads intra %d inter %d",
-                         name, self.size, self.info.local_size, *self.threads)
+            logging.info("htk | backend %s | ranks %d (local %d) | threads intra %d inter %d, %s",
+                         name, self.size, self.info.local_size, *self.threads, self.cpus)
 
     rank = property(lambda self: self.info.rank)
     size = property(lambda self: self.info.size)
