@@ -40,10 +40,11 @@ def _from_summary(summary: dict, log: str) -> dict:
 
 
 def ours(prefix: list, steps: int, threads: int = 1, extra=(), timeout=900,
-         model=MODEL_FLAGS, interval: int = INTERVAL) -> dict:
-    """Our program under `prefix` (a launcher argv, or [] for one process)."""
+         model=MODEL_FLAGS, interval: int = INTERVAL, env: dict | None = None) -> dict:
+    """Our program under `prefix` (a launcher argv, or [] for one process); `env`:
+    variables to add to its environment."""
     summary, log = common.train(prefix, ours_flags(steps, threads, extra, model, interval),
-                                timeout)
+                                timeout, common.child_env(**(env or {})))
     size = summary["world_size"]
     rates = [r / size for r in common.interval_rates(log)]
     return {"per_rank": rates or summary["samples_per_sec_per_rank"], "ranks": size,

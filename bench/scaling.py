@@ -24,9 +24,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common, runs, scaling_report  # noqa: E402
+from launch import contract  # noqa: E402
 
 CONTROLLERS = ("gloo", "mpi")
 BUCKET0 = "ours/2/gloo/bucket0"
+UNBOUND = "ours/2/gloo/unbound"  # the same run with HOROVOD_TRAIN_CPU_BIND=none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,18 +53,20 @@ REPEATS = {"smoke": 1, "short": 2, "full": 3}
 LABELS = {"ours/1": "ours, 1 rank", "bare/1": "bare Horovod, 1 rank",
           "ours/2/gloo": "ours, Gloo", "bare/2/gloo": "bare Horovod, Gloo",
           "ours/2/mpi": "ours, MPI", "bare/2/mpi": "bare Horovod, MPI",
-          "mwms/2": "ours, mwms (RING/gRPC)", BUCKET0: "ours, Gloo, --allreduce_bucket_mb=0"}
+          "mwms/2": "ours, mwms (RING/gRPC)", BUCKET0: "ours, Gloo, --allreduce_bucket_mb=0",
+          UNBOUND: "ours, Gloo, HOROVOD_TRAIN_CPU_BIND=none"}
 # efficiency name -> (1-rank run, 2-rank run)
 PAIRS = {"ours/gloo": ("ours/1", "ours/2/gloo"), "ours/mpi": ("ours/1", "ours/2/mpi"),
          "bare/gloo": ("bare/1", "bare/2/gloo"), "bare/mpi": ("bare/1", "bare/2/mpi"),
-         "mwms": ("ours/1", "mwms/2"), "ours/gloo/bucket0": ("ours/1", BUCKET0)}
+         "mwms": ("ours/1", "mwms/2"), "ours/gloo/bucket0": ("ours/1", BUCKET0),
+         "ours/gloo/unbound": ("ours/1", UNBOUND)}
 
 
 def _one_repeat(m: Model, steps: int) -> dict:
     """Every config of model m once, each with the load average after it."""
-    def ours(np_, controller, extra=()):
+    def ours(np_, controller, extra=(), env=None):
         return runs.ours(common.launcher(controller, np_), steps, extra=extra,
-                         model=m.flags, interval=m.interval)
+                         model=m.flags, interval=m.interval, env=env)
 
     def bare(np_, controller):
         return runs.bare(common.launcher(controller, np_), steps - m.interval, model=m.name,
@@ -71,7 +75,9 @@ def _one_repeat(m: Model, steps: int) -> dict:
     todo = {"ours/1": lambda: ours(1, "gloo"), "bare/1": lambda: bare(1, "gloo")}
     for c in CONTROLLERS:
         todo[f"ours/2/{c}"] = lambda c=c: ours(2, c)
-        if m.overlap and c == "gloo":  # right beside the default it is compared with
+        if c == "gloo":  # right beside the default they are compared with
+            todo[UNBOUND] = lambda: ours(2, "gloo", env={contract.ENV_CPU_BIND: "none"})
+        if m.overlap and c == "gloo":
             todo[BUCKET0] = lambda: ours(2, "gloo", ["--allreduce_bucket_mb=0"])
         todo[f"bare/2/{c}"] = lambda c=c: bare(2, c)
     todo["mwms/2"] = lambda: runs.mwms(2, runs.ours_flags(steps, model=m.flags,

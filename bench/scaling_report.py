@@ -5,7 +5,7 @@ import statistics
 from bench import common
 
 ORDER = ("ours/1", "bare/1", "ours/2/gloo", "bare/2/gloo", "ours/2/mpi", "bare/2/mpi",
-         "mwms/2", "ours/2/gloo/bucket0")
+         "mwms/2", "ours/2/gloo/bucket0", "ours/2/gloo/unbound")
 EFF_LABELS = {"ours/gloo": "ours, Gloo", "ours/mpi": "ours, MPI", "bare/gloo": "bare Horovod, Gloo",
               "bare/mpi": "bare Horovod, MPI", "mwms": "ours, mwms (vs ours 1 rank)"}
 RATE_HEADERS = ["run", "ranks", "img/s per rank", "range", "CPU ms/img", "range", "load after"]
@@ -103,8 +103,29 @@ def overlap_section(model: str, fig: dict) -> str:
     ])
 
 
+def binding_section(models: dict) -> str:
+    """Ranks bound to their share of the cores (the default) beside the same run unbound
+    (HOROVOD_TRAIN_CPU_BIND=none), ours on Gloo, from the same interleaved repeats."""
+    rows = []
+    for model, fig in models.items():
+        eff = fig["efficiency"]
+        for label, key in (("bound (default)", "ours/gloo"), ("none", "ours/gloo/unbound")):
+            rows.append([model, *eff_row(label, eff[key])[:5]])
+        rows.append([model, "bound / none", f"x{common.ratio(eff['ours/gloo']['wall'], eff['ours/gloo/unbound']['wall']):.3f}",
+                     "", f"x{common.ratio(eff['ours/gloo']['cpu'], eff['ours/gloo/unbound']['cpu']):.3f}", ""])
+    return "\n".join([
+        "M2 CPU binding: ours, 2 ranks, Gloo; each rank bound to its own core (the default) "
+        "vs free to run on both (interleaved in the same repeats)",
+        common.table(["model", "HOROVOD_TRAIN_CPU_BIND", "wall eff", "range", "CPU eff", "range"],
+                     rows)])
+
+
 def report(r: dict, labels: dict) -> str:
     parts = [model_section(name, fig, r, labels) for name, fig in r["models"].items()]
     parts += [overlap_section(name, fig) for name, fig in r["models"].items()
               if "ours/gloo/bucket0" in fig["efficiency"]]
+    bound = {name: fig for name, fig in r["models"].items()
+             if "ours/gloo/unbound" in fig["efficiency"]}
+    if bound:
+        parts.append(binding_section(bound))
     return "\n\n".join(parts)

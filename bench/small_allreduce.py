@@ -12,6 +12,10 @@ between allreduces. The spread is the range of the per-round medians. Our backen
 CPU-sharing default is cycle 5 ms with OMPI_MCA_mpi_yield_when_idle=1; the latter is
 kept here for every MPI configuration, as training runs it.
 
+Our build runs twice per controller: ranks free to run on every core, and ranks bound
+each to its own core ("bound", the worker's --bind: what our program does for ranks that
+share a host, horovod_train/cpus.py).
+
 --baseline_site DIR adds another Horovod build beside ours, launch for launch in
 alternating order: DIR is a directory Horovod was installed into with
 `pip install --no-deps --target DIR <wheel>`, e.g. stock 0.28.1 without
@@ -42,9 +46,11 @@ def measure(short: bool, baseline_site: str = "") -> dict:
         ["--rounds=4", "--iters=50", "--idle_s=2"]
     worker = [common.PY, os.path.join(common.ROOT, "bench", "small_allreduce_worker.py"),
               f"--configs={configs}", "--sizes=" + ",".join(map(str, SIZES))] + opts
-    builds = {"ours": common.ROOT}
+    # build name -> (PYTHONPATH, extra worker flags); "bound" is our build with each rank
+    # bound to its own core, as our program binds ranks that share a host (cpus.py).
+    builds = {"ours": (common.ROOT, []), "bound": (common.ROOT, ["--bind"])}
     if baseline_site:
-        builds["baseline"] = os.pathsep.join([os.path.abspath(baseline_site), common.ROOT])
+        builds["baseline"] = (os.pathsep.join([os.path.abspath(baseline_site), common.ROOT]), [])
     out = {"builds": {name: {"controllers": {}} for name in builds},
            "baseline_site": os.path.abspath(baseline_site) if baseline_site else None}
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,10 +59,10 @@ def measure(short: bool, baseline_site: str = "") -> dict:
             for name in order:
                 path = os.path.join(tmp, f"{name}-{controller}.json")
                 extra = ["--mpi"] if controller == "mpi" else []
-                env = common.child_env(OMPI_MCA_mpi_yield_when_idle="1",
-                                       PYTHONPATH=builds[name])
-                common.run(common.launcher(controller, 2) + worker + extra + [f"--out={path}"],
-                           timeout=900, env=env)
+                pythonpath, flags = builds[name]
+                env = common.child_env(OMPI_MCA_mpi_yield_when_idle="1", PYTHONPATH=pythonpath)
+                common.run(common.launcher(controller, 2) + worker + flags + extra +
+                           [f"--out={path}"], timeout=900, env=env)
                 with open(path) as f:
                     out["builds"][name]["controllers"][controller] = summarise(json.load(f))
     return out
@@ -101,11 +107,13 @@ def _cell(lat: dict, key: str) -> str:
 def report(r: dict) -> str:
     lines = []
     for build, got_build in r["builds"].items():
-        where = r["baseline_site"] if build == "baseline" else "this venv"
+        where = {"baseline": r["baseline_site"],
+                 "bound": "this venv, each rank bound to its own core"}.get(build, "this venv")
         lines.append(f"== {build} Horovod ({where})")
         lines += _build_tables(got_build)
-    if "baseline" in r["builds"]:
-        lines += _comparison(r["builds"]["ours"], r["builds"]["baseline"])
+    for other in ("bound", "baseline"):
+        if other in r["builds"]:
+            lines += _comparison(r["builds"]["ours"], r["builds"][other], other)
     lines.append(f"target: under {TARGET_US:.0f} us without idle CPU near 1 s/s (a spinning core)")
     return "\n".join(lines)
 
@@ -135,9 +143,9 @@ def _build_tables(got_build: dict) -> list:
     return lines
 
 
-def _comparison(ours: dict, base: dict) -> list:
+def _comparison(ours: dict, base: dict, name: str) -> list:
     """One row per controller and cycle (Horovod's default cache): eager median us of
-    ours / the baseline per size, and both builds' idle CPU."""
+    ours / the other arm (`name`) per size, and both arms' idle CPU."""
     rows = []
     for controller, got in ours["controllers"].items():
         base_rows = {(x["cycle_ms"], x["cache"]): x for x in base["controllers"][controller]["rows"]}
@@ -152,9 +160,9 @@ def _comparison(ours: dict, base: dict) -> list:
                              f"{other['latency'][key]['median_us']:.0f}")
             cells += [_idle(row), _idle(other)]
             rows.append(cells)
-    headers = ["ctrl", "cycle ms"] + [f"{common.size_label(s)} us ours / baseline" for s in SIZES]
-    return ["ours beside the baseline build (eager, default cache, median us):",
-            common.table(headers + ["idle CPU ours", "idle CPU baseline"], rows), ""]
+    headers = ["ctrl", "cycle ms"] + [f"{common.size_label(s)} us ours / {name}" for s in SIZES]
+    return [f"ours (unbound) beside {name} (eager, default cache, median us):",
+            common.table(headers + ["idle CPU ours", f"idle CPU {name}"], rows), ""]
 
 
 def _idle(row: dict) -> str:

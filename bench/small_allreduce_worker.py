@@ -34,6 +34,8 @@ def parse(argv=None):
     p.add_argument("--rounds", type=int, default=2, help="passes over all configurations")
     p.add_argument("--idle_s", type=float, default=1.0, help="sleep measured for idle CPU")
     p.add_argument("--mpi", action="store_true", help="MPI controller: mpi4py owns MPI")
+    p.add_argument("--bind", action="store_true", help="bind this rank to its share of the "
+                   "cores first, by our program's rule (horovod_train/cpus.py)")
     p.add_argument("--out", required=True, help="rank 0 writes the JSON here")
     return p.parse_args(argv)
 
@@ -92,8 +94,21 @@ def measure_one(hvd, tf, comm, sizes, args) -> dict:
     return {"rows": rows, "idle_cpu_per_s": idle_cpu(hvd, tf, args.idle_s)}
 
 
+def bind():
+    """Our program's binding (before any thread starts); the CPUs, or None when the rule
+    leaves this rank alone."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from horovod_train import cpus, env
+    info = env.launch_info()
+    chosen, _ = cpus.planned(info.local_rank, info.local_size, gpus=0, environ={})
+    if chosen is not None:
+        cpus.bind_process(chosen)
+    return chosen
+
+
 def main(argv=None):
     args = parse(argv)
+    bound = bind() if args.bind else None
     comm = None
     if args.mpi:
         from mpi4py import MPI  # initialises MPI before Horovod can own it
@@ -115,7 +130,7 @@ def main(argv=None):
             rank = hvd.rank()
             hvd.shutdown()
             runs.append({"round": rnd, "cycle_ms": float(cycle_ms), "cache": cache,
-                         "per_rank": everyone})
+                         "per_rank": everyone, "bound": bound})
     cpu, wall = cpu_seconds(), time.perf_counter()
     time.sleep(args.idle_s)  # the same sleep with Horovod shut down: TF's own idle cost
     baseline = (cpu_seconds() - cpu) / (time.perf_counter() - wall)

@@ -133,3 +133,23 @@ def test_a_run_cut_short_says_how_many_repeats_it_completed():
     text = scaling_report.report(r, {})
     assert "2 interleaved repeat(s) (short version: fewer than the full version's 3); " \
            "a run cut short: 2 of the 3 planned" in text
+
+
+def test_binding_section_sets_bound_beside_unbound_from_the_same_repeats():
+    r = _figures()
+    fig = r["models"]["resnet18_cifar"]
+    for rep in fig["runs"]:
+        rep["ours/2/gloo/unbound"] = _run(4.0, 0.22)
+    fig["efficiency"]["ours/gloo/unbound"] = common.efficiency(
+        [x["ours/1"] for x in fig["runs"]], [x["ours/2/gloo/unbound"] for x in fig["runs"]])
+    text = scaling_report.report(r, {})
+    section = text[text.index("M2 CPU binding"):]
+    # bound 4.85 / 5.0 = 0.970 against none 4.0 / 5.0 = 0.800: x1.212.
+    assert "bound (default)" in section and "0.970" in section and "0.800" in section
+    assert "x1.212" in section
+    # CPU: bound 0.2 / 0.2025 = 0.988, none 0.2 / 0.22 = 0.909: x1.086.
+    assert "x1.086" in section
+
+
+def test_no_binding_section_without_the_unbound_run():
+    assert "M2 CPU binding" not in scaling_report.report(_figures(), {})

@@ -12,7 +12,7 @@ def _summary(us: float, idle: float) -> dict:
 
 
 def test_the_comparison_pairs_each_default_cache_row_with_the_baselines():
-    lines = sa._comparison(_summary(500.0, 0.04), _summary(5000.0, 0.2))
+    lines = sa._comparison(_summary(500.0, 0.04), _summary(5000.0, 0.2), "baseline")
     table = "\n".join(lines)
     # one row per cycle with Horovod's default cache, ours first, then the baseline
     assert table.count("gloo") == 2
@@ -25,4 +25,13 @@ def test_the_report_names_both_builds_and_the_target():
               "baseline_site": "/tmp/stock"}
     text = sa.report(result)
     assert "== ours Horovod (this venv)" in text and "== baseline Horovod (/tmp/stock)" in text
-    assert "ours beside the baseline build" in text and "target: under 1000 us" in text
+    assert "ours (unbound) beside baseline" in text and "target: under 1000 us" in text
+
+
+def test_the_bound_arm_is_set_beside_ours():
+    result = {"builds": {"ours": _summary(3000.0, 0.04), "bound": _summary(400.0, 0.04)},
+              "baseline_site": None}
+    text = sa.report(result)
+    assert "== bound Horovod (this venv, each rank bound to its own core)" in text
+    comparison = text[text.index("ours (unbound) beside bound"):]
+    assert "3000 / 400" in comparison and "us ours / bound" in comparison
