@@ -50,7 +50,9 @@ def measure(short: bool, baseline_site: str = "") -> dict:
     # bound to its own core, as our program binds ranks that share a host (cpus.py).
     builds = {"ours": (common.ROOT, []), "bound": (common.ROOT, ["--bind"])}
     if baseline_site:
-        builds["baseline"] = (os.pathsep.join([os.path.abspath(baseline_site), common.ROOT]), [])
+        site = os.pathsep.join([os.path.abspath(baseline_site), common.ROOT])
+        builds["baseline"] = (site, [])
+        builds["baseline bound"] = (site, ["--bind"])
     out = {"builds": {name: {"controllers": {}} for name in builds},
            "baseline_site": os.path.abspath(baseline_site) if baseline_site else None}
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,12 +110,13 @@ def report(r: dict) -> str:
     lines = []
     for build, got_build in r["builds"].items():
         where = {"baseline": r["baseline_site"],
+                 "baseline bound": f"{r['baseline_site']}, each rank bound to its own core",
                  "bound": "this venv, each rank bound to its own core"}.get(build, "this venv")
         lines.append(f"== {build} Horovod ({where})")
         lines += _build_tables(got_build)
-    for other in ("bound", "baseline"):
+    for mine, other in (("ours", "bound"), ("ours", "baseline"), ("bound", "baseline bound")):
         if other in r["builds"]:
-            lines += _comparison(r["builds"]["ours"], r["builds"][other], other)
+            lines += _comparison(r["builds"][mine], r["builds"][other], other, mine)
     lines.append(f"target: under {TARGET_US:.0f} us without idle CPU near 1 s/s (a spinning core)")
     return "\n".join(lines)
 
@@ -143,9 +146,9 @@ def _build_tables(got_build: dict) -> list:
     return lines
 
 
-def _comparison(ours: dict, base: dict, name: str) -> list:
+def _comparison(ours: dict, base: dict, name: str, mine: str = "ours") -> list:
     """One row per controller and cycle (Horovod's default cache): eager median us of
-    ours / the other arm (`name`) per size, and both arms' idle CPU."""
+    arm `mine` / arm `name` per size, and both arms' idle CPU."""
     rows = []
     for controller, got in ours["controllers"].items():
         base_rows = {(x["cycle_ms"], x["cache"]): x for x in base["controllers"][controller]["rows"]}
@@ -160,9 +163,9 @@ def _comparison(ours: dict, base: dict, name: str) -> list:
                              f"{other['latency'][key]['median_us']:.0f}")
             cells += [_idle(row), _idle(other)]
             rows.append(cells)
-    headers = ["ctrl", "cycle ms"] + [f"{common.size_label(s)} us ours / {name}" for s in SIZES]
-    return [f"ours (unbound) beside {name} (eager, default cache, median us):",
-            common.table(headers + ["idle CPU ours", f"idle CPU {name}"], rows), ""]
+    headers = ["ctrl", "cycle ms"] + [f"{common.size_label(s)} us {mine} / {name}" for s in SIZES]
+    return [f"{mine} beside {name} (eager, default cache, median us):",
+            common.table(headers + [f"idle CPU {mine}", f"idle CPU {name}"], rows), ""]
 
 
 def _idle(row: dict) -> str:
