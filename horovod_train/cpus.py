@@ -3,9 +3,9 @@
 Left alone, the kernel moves every thread of every rank across all cores. With two ranks
 on two cores that costs the transport most: a Gloo allreduce is a chain of hand-offs
 between a rank's threads (Horovod's, Gloo's event loop, TensorFlow's), and a thread woken
-on a core where the other rank is computing waits for that core's next tick. Measured
-here (docs/benchmarks.md): 4 KiB Gloo allreduces 0.39 ms bound against 2.8-3.5 ms unbound
-while a timeline writer ran, digits_cnn on Gloo +9% img/s. The rule is the one MPI
+on a core where the other rank is computing waits for that core's next tick. Measured on
+2 cores (docs/benchmarks.md, M2 CPU binding): efficiency x1.029 on resnet18_cifar and
+x1.056 on digits_cnn under Gloo, the same CPU spent; MPI moves little. The rule is the one MPI
 launchers apply with `--map-by slot:PE=n --bind-to core`: local rank r of n gets the r-th
 n-th of the host's physical cores (hyperthread siblings stay together).
 
