@@ -24,13 +24,15 @@ pytestmark = pytest.mark.slow
 TAG = LAUNCHER_TAG
 OURS = re.compile(TAG + r"(?:gpu   |config |scaling |train |divergence |eval  |done  )\| ")
 LONG_NUMBER = re.compile(r"\d{10,}")  # a float's 16 digits (loss 0.0009377987735206261)
-BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/60 +\d+% \| (?:\d+|-) samples/s \| eta ")
+BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/\d+ +\d+% \| (?:\d+|-) samples/s \| eta ")
 SHORT = ["--max_steps=60", "--log_every=20", "--eval_every_epochs=0", "--noinstrument"]
 # For the bar: steps slow enough, and lines rare enough, that it is redrawn between them.
 # After each line the chief holds the bar 0.5 s (BAR_HOLD_S); digits' default batch runs
-# 60 steps in well under that on a fast host, so SHORT's run may never show a moving bar.
-BAR_RUN = ["--max_steps=60", "--epochs=20", "--log_every=60", "--batch_size=128",
-           "--eval_every_epochs=0", "--noinstrument"]
+# 60 steps in well under that on a fast host, so SHORT's run may never show a moving bar;
+# bound ranks ran even 60 steps of batch 128 (about 1 s) too fast for a redraw, so 300.
+BAR_STEPS = 300
+BAR_RUN = [f"--max_steps={BAR_STEPS}", "--epochs=100", f"--log_every={BAR_STEPS}",
+           "--batch_size=128", "--eval_every_epochs=0", "--noinstrument"]
 
 
 def _env(**extra) -> dict:
@@ -117,7 +119,7 @@ def test_on_a_terminal_the_chief_draws_a_bar_under_horovodrun(controller, tag):
     assert BAR.search(shown), shown[-4000:]
     # Drawn on the terminal by the chief itself, not a line through the launcher.
     assert not re.search(r"<std(?:err|out)>:[^\n]*\[#", shown), shown[-4000:]
-    assert f"{tag}train | step 60/60 |" in shown  # the lines still come, through the launcher
+    assert f"{tag}train | step {BAR_STEPS}/{BAR_STEPS} |" in shown  # lines still come, through the launcher
     # Each line starts a row, or the cleared bar's row: none lands inside a bar.
     starts = [m.start() for m in re.finditer(r"\[\d+(?:,\d+)?\]<std", shown)]
     assert all(shown[:i].endswith(("\n", "\x1b[K")) for i in starts), shown[-4000:]

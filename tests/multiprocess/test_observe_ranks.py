@@ -39,6 +39,12 @@ def test_two_ranks_observed_by_the_chief_only(tmp_path):
     for r in train:
         parts = r["seconds_per_step"]
         measured = sum(v for k, v in parts.items() if k != "other")
+        if r["step"] == 60:
+            # Steps 41-60 hold --profile_steps=45,46: starting and stopping TF's profiler
+            # runs between steps, so it is "other" by definition, and with 5 ms steps it
+            # is more than 5% of the interval.
+            assert parts["other"] > 0 and measured <= 1.05 * r["step_s"], (r["step"], parts)
+            continue
         assert abs(r["step_s"] - measured) <= 0.05 * r["step_s"], (r["step"], parts)
         assert len(r["samples_per_sec_per_rank"]) == 2
         # An interval that traced (the first) has no efficiency: its rate is compile time.
