@@ -9,6 +9,13 @@ from horovod_train import cpus, env
 ENV_TF_CPU_BFC = "TF_CPU_ALLOCATOR_USE_BFC"
 
 
+def physical_gpus() -> int:
+    """GPUs on this host, before any device is created: the CPU-only choices below are
+    never made on a GPU host."""
+    import tensorflow as tf
+    return len(tf.config.list_physical_devices("GPU"))  # creates no device
+
+
 def choose_cpu_allocator(environ=None, gpus=None) -> dict:
     """On a CPU host, TF's pooling (BFC) CPU allocator, unless the user set the variable;
     returns what it chose. TF's default allocator mallocs every tensor afresh, and glibc
@@ -17,9 +24,7 @@ def choose_cpu_allocator(environ=None, gpus=None) -> dict:
     (bench/comm.py M3, docs/benchmarks.md). Must run before TF's first op, as
     configure_threads must. GPU hosts keep TF's default: unmeasured there."""
     environ = os.environ if environ is None else environ
-    if gpus is None:
-        import tensorflow as tf
-        gpus = len(tf.config.list_physical_devices("GPU"))  # creates no device
+    gpus = physical_gpus() if gpus is None else gpus
     if gpus or ENV_TF_CPU_BFC in environ:
         return {}
     environ[ENV_TF_CPU_BFC] = "true"
@@ -31,9 +36,7 @@ def bind_cpus(launch, elastic: bool = False, gpus=None) -> str:
     a launcher bound it or the host has GPUs; returns what was decided, for the log.
     Call after configure_threads (whose rule counts the cores this process may use) and
     before the backend starts its threads."""
-    if gpus is None:
-        import tensorflow as tf
-        gpus = len(tf.config.list_physical_devices("GPU"))  # creates no device
+    gpus = physical_gpus() if gpus is None else gpus
     chosen, why = cpus.planned(launch.local_rank, launch.local_size, gpus, elastic)
     if chosen is not None:
         cpus.bind_process(chosen)
