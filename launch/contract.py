@@ -86,6 +86,9 @@ ENV_TF_INTEROP_THREADS = "TF_NUM_INTEROP_THREADS"
 # Each rank's thread pools, sized cores // ranks (see threads_per_rank); the launcher and
 # the sbatch script export them for the ranks they start.
 ENV_THREAD_NAMES = ("OMP_NUM_THREADS", ENV_TF_INTRAOP_THREADS)
+# Horovod's own: horovodrun sets it to "1" in every rank of an elastic run, whose ring
+# may re-form at another size under an already traced step.
+ENV_HOROVOD_ELASTIC = "HOROVOD_ELASTIC"
 # "auto" (default): a rank that shares a CPU host with others, and that no launcher bound,
 # binds itself to its share of the cores (horovod_train/cpus.py); "none": it does not.
 ENV_CPU_BIND = "HOROVOD_TRAIN_CPU_BIND"

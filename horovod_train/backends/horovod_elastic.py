@@ -21,6 +21,7 @@ from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrup
 import horovod.tensorflow as hvd
 from horovod_train import divergence
 from horovod_train.backends.base import ProcessInfo
+from launch import contract
 
 # TF error classes a collective raises when the ring breaks under it.
 _RING_BROKEN = (tf.errors.UnknownError, tf.errors.InternalError, tf.errors.AbortedError,
@@ -166,7 +167,7 @@ class KerasDriver(hvd_elastic.State):
     def run(self, func, args, kwargs):
         """func(owner, *args, **kwargs) under Horovod's restart loop when horovodrun
         runs elastic; once (after a sync) otherwise, where no driver re-forms a ring."""
-        if os.environ.get("HOROVOD_ELASTIC") != "1":
+        if os.environ.get(contract.ENV_HOROVOD_ELASTIC) != "1":
             self.sync()
             return func(self.owner, *args, **kwargs)
         return run_elastic(lambda driver, *a, **k: func(driver.owner, *a, **k))(
