@@ -41,6 +41,18 @@ def child_env(**extra) -> dict:
     return env
 
 
+def bind_like_training():
+    """In a benchmark rank: our program's CPU binding (horovod_train/cpus.py's rule, the
+    GPU check left out: benchmarks run on CPU hosts), before TensorFlow starts threads.
+    The CPUs, or None when the rule leaves this rank alone."""
+    from horovod_train import cpus, env
+    info = env.launch_info()
+    chosen, _ = cpus.planned(info.local_rank, info.local_size, gpus=0, environ={})
+    if chosen is not None:
+        cpus.bind_process(chosen)
+    return chosen
+
+
 def run(cmd, timeout: float, env: dict | None = None) -> str:
     """Runs argv `cmd` to completion (never past `timeout`); returns stdout+stderr."""
     try:

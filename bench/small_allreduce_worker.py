@@ -24,6 +24,10 @@ import resource
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common  # noqa: E402
+
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -94,21 +98,9 @@ def measure_one(hvd, tf, comm, sizes, args) -> dict:
     return {"rows": rows, "idle_cpu_per_s": idle_cpu(hvd, tf, args.idle_s)}
 
 
-def bind():
-    """Our program's binding (before any thread starts); the CPUs, or None when the rule
-    leaves this rank alone."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from horovod_train import cpus, env
-    info = env.launch_info()
-    chosen, _ = cpus.planned(info.local_rank, info.local_size, gpus=0, environ={})
-    if chosen is not None:
-        cpus.bind_process(chosen)
-    return chosen
-
-
 def main(argv=None):
     args = parse(argv)
-    bound = bind() if args.bind else None
+    bound = common.bind_like_training() if args.bind else None
     comm = None
     if args.mpi:
         from mpi4py import MPI  # initialises MPI before Horovod can own it
