@@ -3,9 +3,11 @@
   horovodrun -np 2 -H localhost:2 --mpi python bench/comm_worker.py --figures m3,m4,m5
 
 Our backend joins the job first (so its CPU-sharing defaults are in force, as in
-training), then mpi4py attaches to the MPI that Horovod initialised: the raw
-baseline runs on the same MPI, with the same settings, in the same processes.
-Rank 0 prints one JSON line with the figures.
+training), then mpi4py attaches to the MPI that Horovod initialised: the in-process
+baseline runs on the same MPI, with the same settings, in the same processes, beside
+Horovod's background thread. With --bare the ranks run mpi4py alone (no TensorFlow, no
+Horovod, the same MPI settings and binding): what a user's raw MPI program gets, the
+baseline the targets are read against. Rank 0 prints one JSON line with the figures.
 """
 import argparse
 import json
@@ -30,6 +32,8 @@ def parse(argv=None):
     p.add_argument("--steps", type=int, default=6, help="M5: steps per timed block")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repeats")
     p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--bare", action="store_true", help="mpi4py only: M3's sizes and M4's "
+                   "buffers, no TensorFlow or Horovod in the process")
     p.add_argument("--out", default="", help="rank 0 also writes the JSON here")
     return p.parse_args(argv)
 
@@ -57,73 +61,123 @@ class Clock:
         return wall / iters, self.comm.allreduce(mine) / iters
 
 
-def _ours_allreduce(tf, backend):
-    fn = tf.function(lambda ts: backend.allreduce_gradients(ts))
-    # Reading one element waits for the collective without copying the result out.
-    return lambda ts: fn(ts)[-1][:1].numpy()
+def in_step(tf, reduce, variables):
+    """A call of one compiled step's worth of work around `reduce`: the tensors are made
+    inside the tf.function (from variables, as backprop makes its gradients) and every
+    result is read (as the optimizer reads them). A step never passes its gradients across
+    the function's boundary, and 128 tensors in and out of a call cost more than their
+    allreduce (docs/benchmarks.md, M4). The allreduce's cost in a step is this call minus
+    the same call with `reduce` = identity."""
+    @tf.function
+    def step():
+        grads = [v * 1.0 for v in variables]
+        return tf.add_n([g[0] for g in reduce(grads)])
+    return lambda: step().numpy()
+
+
+def same(tensors):
+    return tensors
+
+
+def m3_sizes(args) -> list:
+    """(bytes, timed calls per round) of every M3 message: the same for ours and bare."""
+    from bench import common
+    return [(size, max(3, min(50, args.budget_mib * MiB // size // (2 * args.rounds))))
+            for size in common.sizes_pow2(4096, args.max_mib * MiB)]
+
+
+def mpi4py_allreduce(comm, n: int):
+    """A call of mpi4py's Allreduce (sum) of n float32, its buffers made once."""
+    import numpy as np
+    from mpi4py import MPI
+    buf, out = np.ones(n, np.float32), np.empty(n, np.float32)
+    return lambda: comm.Allreduce(buf, out, op=MPI.SUM)
+
+
+def mpi4py_m4(comm, args) -> dict:
+    """M4's raw MPI cases: the tensors one Allreduce each, and one buffer of them all."""
+    n = args.tensor_kib * 1024 // 4
+    each = [mpi4py_allreduce(comm, n) for _ in range(args.tensors)]
+    return {"mpi4py per tensor": lambda: [call() for call in each],
+            "mpi4py one buffer": mpi4py_allreduce(comm, n * args.tensors)}
+
+
+def interleaved(clock, calls: dict, rounds: int, iters: int) -> dict:
+    """Median seconds per call of each of `calls`, timed in turn, `rounds` times."""
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            times[name].append(clock.seconds(fn, iters))
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def bare(comm, clock, args) -> dict:
+    """mpi4py alone: M3's messages and M4's buffers, timed as in the full worker."""
+    rows = []
+    for size, iters in m3_sizes(args):
+        call = {"mpi4py": mpi4py_allreduce(comm, size // 4)}
+        for _ in range(3):
+            call["mpi4py"]()
+        rows.append({"bytes": size, "iters": iters,
+                     "mpi4py_s": interleaved(clock, call, args.rounds, iters)["mpi4py"]})
+    cases = mpi4py_m4(comm, args)
+    for fn in cases.values():
+        fn()
+    return {"m3": rows, "m4": interleaved(clock, cases, args.rounds, 5)}
 
 
 def m3(tf, backend, comm, clock, args) -> list:
-    """Allreduce time of one message, ours (grouped_allreduce as the step calls it) vs
+    """Allreduce time of one message, ours (the step's allreduce_gradients, in_step) vs
     mpi4py's Allreduce of the same float32 buffer; medians of interleaved rounds."""
-    import numpy as np
-    from mpi4py import MPI
-    ours = _ours_allreduce(tf, backend)
-    from bench import common
     rows = []
-    for size in common.sizes_pow2(4096, args.max_mib * MiB):
+    for size, iters in m3_sizes(args):
         n = size // 4
-        x = [tf.ones([n], tf.float32)]
-        buf, out = np.ones(n, np.float32), np.empty(n, np.float32)
-        iters = max(3, min(50, args.budget_mib * MiB // size // (2 * args.rounds)))
+        x = [tf.Variable(tf.ones([n], tf.float32))]
+        cases = {"ours": in_step(tf, backend.allreduce_gradients, x),
+                 "without": in_step(tf, same, x), "mpi4py": mpi4py_allreduce(comm, n)}
         # Warm-up: traces for this shape, and grows TF's pooled allocator to this size as
         # a training run's first steps do (with one call, round 1 paid for the growth).
         for _ in range(3):
-            ours(x)
-            comm.Allreduce(buf, out, op=MPI.SUM)
-        t_ours, t_mpi = [], []
-        for _ in range(args.rounds):
-            t_ours.append(clock.seconds(lambda: ours(x), iters))
-            t_mpi.append(clock.seconds(lambda: comm.Allreduce(buf, out, op=MPI.SUM), iters))
-        rows.append({"bytes": size, "iters": iters, "ours_s": statistics.median(t_ours),
-                     "mpi4py_s": statistics.median(t_mpi)})
+            for fn in cases.values():
+                fn()
+        t = interleaved(clock, cases, args.rounds, iters)
+        rows.append({"bytes": size, "iters": iters, "ours_call_s": t["ours"],
+                     "without_s": t["without"], "ours_s": t["ours"] - t["without"],
+                     "mpi4py_s": t["mpi4py"]})
+        del x
     return rows
 
 
 def m4(tf, backend, comm, clock, args) -> dict:
-    """Many small tensors: fused (ours: one grouped allreduce), Horovod's per-tensor ops
-    in one graph (fused by its cycle timer), one eager call per tensor (nothing to fuse
-    them), one tensor of the same total, and mpi4py per tensor / in one buffer."""
-    import numpy as np
-    from mpi4py import MPI
+    """Many small tensors, as one step's gradients: each way of reducing them inside a
+    step (in_step), its cost the call minus the same call without it; Horovod's eager
+    calls and mpi4py's are bare."""
     import horovod.tensorflow as hvd  # bare Horovod beside ours; setup() ran hvd.init
     n = args.tensor_kib * 1024 // 4
-    small = [tf.fill([n], float(i)) for i in range(args.tensors)]
-    whole = [tf.ones([n * args.tensors])]
-    ours = _ours_allreduce(tf, backend)
-    per_op = tf.function(lambda ts: [hvd.allreduce(t, op=hvd.Average, name=f"m4_{i}")
-                                     for i, t in enumerate(ts)])
-    bufs = [np.full(n, i, np.float32) for i in range(args.tensors)]
-    outs = [np.empty(n, np.float32) for _ in bufs]
-    big, big_out = np.ones(n * args.tensors, np.float32), np.empty(n * args.tensors, np.float32)
+    small = [tf.Variable(tf.fill([n], float(i))) for i in range(args.tensors)]
+    whole = [tf.Variable(tf.ones([n * args.tensors]))]
 
-    cases = {
-        "grouped (ours)": lambda: ours(small),
-        "one op per tensor, one graph": lambda: per_op(small)[-1][:1].numpy(),
-        "one eager call per tensor": lambda: [hvd.allreduce(t, op=hvd.Average)[:1].numpy()
-                                              for t in small],
-        "one tensor (ours)": lambda: ours(whole),
-        "mpi4py per tensor": lambda: [comm.Allreduce(b, o, op=MPI.SUM) for b, o in zip(bufs, outs)],
-        "mpi4py one buffer": lambda: comm.Allreduce(big, big_out, op=MPI.SUM),
+    def per_op(ts):
+        return [hvd.allreduce(t, op=hvd.Average, name=f"m4_{i}") for i, t in enumerate(ts)]
+
+    cases = {  # name: (call, the same call without the allreduce, or None for bare calls)
+        "grouped (ours)": (in_step(tf, backend.allreduce_gradients, small), "small"),
+        "Horovod grouped_allreduce": (
+            in_step(tf, lambda ts: hvd.grouped_allreduce(ts, op=hvd.Average), small), "small"),
+        "one op per tensor, one graph": (in_step(tf, per_op, small), "small"),
+        "one tensor (ours)": (in_step(tf, backend.allreduce_gradients, whole), "whole"),
+        "one eager call per tensor": (lambda: [hvd.allreduce(v, op=hvd.Average)[:1].numpy()
+                                               for v in small], None),
+        **{name: (fn, None) for name, fn in mpi4py_m4(comm, args).items()},
     }
-    for fn in cases.values():
+    calls = {**{name: fn for name, (fn, _) in cases.items()},
+             "small": in_step(tf, same, small), "whole": in_step(tf, same, whole)}
+    for fn in calls.values():
         fn()  # trace and warm
-    times = {name: [] for name in cases}
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            times[name].append(clock.seconds(fn, 3))
-    return {"tensors": args.tensors, "tensor_bytes": n * 4,
-            "seconds": {k: statistics.median(v) for k, v in times.items()}}
+    call = interleaved(clock, calls, args.rounds, 5)
+    return {"tensors": args.tensors, "tensor_bytes": n * 4, "call_seconds": call,
+            "seconds": {name: call[name] - (call[base] if base else 0.0)
+                        for name, (_, base) in cases.items()}}
 
 
 def m5(tf, backend, comm, clock, args) -> list:
@@ -171,8 +225,32 @@ def m5(tf, backend, comm, clock, args) -> list:
     return rows
 
 
+def main_bare(args, bound):
+    # The MPI settings our backend chooses for ranks sharing a host, read at MPI_Init.
+    from launch import contract
+    for name, value in contract.CPU_SHARING_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    figures = {"ranks": comm.Get_size(), "bound_cpus": bound,
+               **bare(comm, Clock(comm), args)}
+    write(comm.Get_rank(), figures, args.out)
+
+
+def write(rank: int, figures: dict, out: str):
+    if rank == 0:
+        print(json.dumps(figures), flush=True)
+        if out:  # launchers split long stdout lines; a file arrives whole
+            with open(out, "w") as f:
+                json.dump(figures, f)
+
+
 def main(argv=None):
     args = parse(argv)
+    from bench import common
+    bound = common.bind_like_training()  # as our program binds ranks sharing a host
+    if args.bare:
+        return main_bare(args, bound)
     from horovod_train import runtime
     allocator = runtime.choose_cpu_allocator()  # as our program does, before TF's first op
     import tensorflow as tf
@@ -184,17 +262,13 @@ def main(argv=None):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     clock = Clock(comm)
-    figures = {"ranks": info.size, "chosen_env": {**allocator, **backend.chosen_env},
+    figures = {"ranks": info.size, "bound_cpus": bound, "chosen_env": {**allocator, **backend.chosen_env},
                "env": {k: os.environ.get(k) for k in
                        ("HOROVOD_CYCLE_TIME", "OMPI_MCA_mpi_yield_when_idle",
                         "HOROVOD_FUSION_THRESHOLD")}}
     for name in args.figures.split(","):
         figures[name] = globals()[name](tf, backend, comm, clock, args)
-    if info.rank == 0:
-        print(json.dumps(figures), flush=True)
-        if args.out:  # launchers split long stdout lines; a file arrives whole
-            with open(args.out, "w") as f:
-                json.dump(figures, f)
+    write(info.rank, figures, args.out)
     backend.barrier()
 
 

@@ -172,8 +172,12 @@ def m3(ax, r):
     sizes = [x["bytes"] for x in r["m3"]]
     ax.loglog(sizes, [x["ours_busbw"] for x in r["m3"]], "o-", color=OURS,
               label="ours (allreduce_gradients)")
+    alone = all("bare_mpi4py_busbw" in x for x in r["m3"])  # files from issue 23 on
+    if alone:
+        ax.loglog(sizes, [x["bare_mpi4py_busbw"] for x in r["m3"]], "s-", color=OTHERS,
+                  label="mpi4py Allreduce, alone")
     ax.loglog(sizes, [x["mpi4py_busbw"] for x in r["m3"]], "s--", color=OTHERS,
-              label="mpi4py Allreduce")
+              label="mpi4py Allreduce, beside Horovod" if alone else "mpi4py Allreduce")
     ax.set_xticks(sizes, [common.size_label(s) for s in sizes], rotation=30, ha="right")
     ax.minorticks_off()
     ax.set_xlabel("allreduce size")
@@ -191,7 +195,8 @@ def m3(ax, r):
 
 
 def m4(ax, r):
-    secs = r["m4"]["seconds"]
+    secs = {**r["m4"]["seconds"],
+            **{f"{k}, alone": v for k, v in r["m4"].get("bare_seconds", {}).items()}}
     _bars(ax, list(secs), [1e3 * v for v in secs.values()], [ms_label(v) for v in secs.values()],
           [OURS if "ours" in k else OTHERS for k in secs], ylabel="ms per allreduce of all")
     ax.set_yscale("log")
