@@ -89,6 +89,13 @@ ENV_THREAD_NAMES = ("OMP_NUM_THREADS", ENV_TF_INTRAOP_THREADS)
 # Horovod's own: horovodrun sets it to "1" in every rank of an elastic run, whose ring
 # may re-form at another size under an already traced step.
 ENV_HOROVOD_ELASTIC = "HOROVOD_ELASTIC"
+
+
+def horovod_elastic(environ) -> bool:
+    """Whether horovodrun started this rank as part of an elastic run."""
+    return environ.get(ENV_HOROVOD_ELASTIC) == "1"
+
+
 # "auto" (default): a rank that shares a CPU host with others, and that no launcher bound,
 # binds itself to its share of the cores (horovod_train/cpus.py); "none": it does not.
 ENV_CPU_BIND = "HOROVOD_TRAIN_CPU_BIND"

@@ -99,7 +99,7 @@ class HorovodBackend(Backend):
                            if k not in self.knobs}
         os.environ.update(self.chosen_env)
         os.environ.update(self.knobs)
-        self._elastic = os.environ.get(contract.ENV_HOROVOD_ELASTIC) == "1"
+        self._elastic = contract.horovod_elastic(os.environ)
         hvd = self._hvd
         hvd.init()
         self.info = ProcessInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())

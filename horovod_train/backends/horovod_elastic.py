@@ -167,7 +167,7 @@ class KerasDriver(hvd_elastic.State):
     def run(self, func, args, kwargs):
         """func(owner, *args, **kwargs) under Horovod's restart loop when horovodrun
         runs elastic; once (after a sync) otherwise, where no driver re-forms a ring."""
-        if os.environ.get(contract.ENV_HOROVOD_ELASTIC) != "1":
+        if not contract.horovod_elastic(os.environ):
             self.sync()
             return func(self.owner, *args, **kwargs)
         return run_elastic(lambda driver, *a, **k: func(driver.owner, *a, **k))(
