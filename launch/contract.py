@@ -79,6 +79,19 @@ CPU_SHARING_DEFAULTS = types.MappingProxyType({
     # neighbouring rank. Read at MPI_Init, i.e. inside hvd.init().
     "OMPI_MCA_mpi_yield_when_idle": "1",
 })
+# ---- Open MPI's daemons ----
+# MCA parameters the launcher gives the Open MPI it starts, unless the user gave them:
+# `-mca NAME VALUE` on our mpirun's line, OMPI_MCA_NAME in horovodrun --mpi's environment
+# (mpirun hands both on to every orted's command line).
+OPEN_MPI_DAEMON_MCA = types.MappingProxyType({
+    # Open MPI 4.1's orted maps the hwloc topology it shares with its ranks into the
+    # "biggest" hole of its address space; on recent kernels that hole ends just below
+    # the stack and hwloc_shmem_topology_write crashed 1 remote start in ~7 (SIGSEGV,
+    # tests/multiprocess/test_multihost_netns.py). "none": each rank reads the topology
+    # itself, which costs a few milliseconds at start-up.
+    "rtc_hwloc_vmhole": "none",
+})
+OPEN_MPI_MCA_ENV_PREFIX = "OMPI_MCA_"
 # TensorFlow's own thread counts. The program honours them (horovod_train.env's rule:
 # --intra_op_threads, then these, then SLURM_CPUS_PER_TASK, then cores / local ranks).
 ENV_TF_INTRAOP_THREADS = "TF_NUM_INTRAOP_THREADS"

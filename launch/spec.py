@@ -119,7 +119,7 @@ def _hosts_and_np(spec: LaunchSpec, launcher: str) -> tuple[list[Host], int | No
 
 
 def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[str, str]:
-    """cpu defaults (only where unset) < Horovod knob env < worker contract < --env."""
+    """cpu and Open MPI defaults (only where unset) < Horovod knob env < worker contract < --env."""
     explicit = {}
     for name, value in spec.env:
         explicit[check_env_name(name, "--env")] = check_env_value(value, f"--env {name}")
@@ -146,6 +146,10 @@ def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[
             env[contract.ENV_MWMS_PORT_BASE] = str(port_base)
         else:
             env.update(tfconfig.worker_env_contract(first_ranks(hosts, np), spec.port_base))
+    if launcher == "horovodrun" and spec.controller == "mpi":
+        daemon_env = {contract.OPEN_MPI_MCA_ENV_PREFIX + name: value
+                      for name, value in contract.OPEN_MPI_DAEMON_MCA.items()}
+        env.update(unset_only(daemon_env, environ, explicit))
     if spec.as_root and launcher == "horovodrun" and spec.controller == "mpi":
         # horovodrun --mpi calls OpenMPI's mpirun, which refuses root without these.
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -199,6 +203,9 @@ def _launcher_argv(spec: LaunchSpec, launcher: str, hosts, np, env, environ) -> 
     if launcher == "mpirun":
         if spec.launch_agent is not None:
             mca["plm_rsh_agent"] = spec.launch_agent
+        # Our daemon defaults, unless given with --mca or set in the user's environment.
+        mca = {**{name: value for name, value in contract.OPEN_MPI_DAEMON_MCA.items()
+                  if contract.OPEN_MPI_MCA_ENV_PREFIX + name not in environ}, **mca}
         return plan.mpirun_argv(command, np=np, hosts=hosts, hostfile=hostfile,
                                 forward_env=forward, bind_to=spec.bind_to, map_by=spec.map_by,
                                 mca=mca, as_root=spec.as_root, oversubscribe=spec.oversubscribe)

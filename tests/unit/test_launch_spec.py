@@ -41,7 +41,8 @@ def test_horovod_mpirun_turns_knobs_into_forwarded_env():
                                   "HOROVOD_CYCLE_TIME": "2", "HOROVOD_TIMELINE": "t.json"}
     assert process.argv == (
         "mpirun", "-np", "4", "--allow-run-as-root", "-H", "n1:2,n2:2", "--bind-to",
-        "none", "--map-by", "slot", "-x", "HOROVOD_CYCLE_TIME", "-x", "HOROVOD_FUSION_THRESHOLD",
+        "none", "--map-by", "slot", "-mca", "rtc_hwloc_vmhole", "none",
+        "-x", "HOROVOD_CYCLE_TIME", "-x", "HOROVOD_FUSION_THRESHOLD",
         "-x", "HOROVOD_TIMELINE", "-x", "NCCL_DEBUG") + CMD
 
 
@@ -94,7 +95,27 @@ def test_mwms_remote_hosts_go_through_mpirun_with_the_worker_contract():
 
 def test_horovodrun_mpi_as_root_allows_openmpi_root():
     env = plan_of(hosts=LOCAL2, controller="mpi", as_root=True).processes[0].env_dict()
-    assert env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    assert env == {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                   "OMPI_MCA_rtc_hwloc_vmhole": "none"}
+
+
+def _mca(argv) -> dict:
+    return {argv[i + 1]: argv[i + 2] for i, word in enumerate(argv) if word == "-mca"}
+
+
+def test_open_mpi_daemon_defaults_give_way_to_the_user():
+    # mpirun: -mca on its line, unless --mca or the user's own OMPI_MCA_* says otherwise.
+    argv = plan_of(hosts=REMOTE, launcher="mpirun").processes[0].argv
+    assert _mca(argv) == {"rtc_hwloc_vmhole": "none"}
+    argv = plan_of(hosts=REMOTE, launcher="mpirun",
+                   mca=(("rtc_hwloc_vmhole", "biggest"),)).processes[0].argv
+    assert _mca(argv) == {"rtc_hwloc_vmhole": "biggest"}
+    user = {"OMPI_MCA_rtc_hwloc_vmhole": "heap"}
+    assert _mca(plan_of(user, hosts=REMOTE, launcher="mpirun").processes[0].argv) == {}
+    # horovodrun --mpi builds its own mpirun line: the default goes in its environment.
+    env = plan_of(user, hosts=REMOTE, controller="mpi").processes[0].env_dict()
+    assert "OMPI_MCA_rtc_hwloc_vmhole" not in env
+    assert plan_of(hosts=REMOTE).processes[0].env == ()  # Gloo starts no Open MPI
 
 
 def test_srun_uses_the_allocation():
