@@ -203,9 +203,11 @@ def _launcher_argv(spec: LaunchSpec, launcher: str, hosts, np, env, environ) -> 
     if launcher == "mpirun":
         if spec.launch_agent is not None:
             mca["plm_rsh_agent"] = spec.launch_agent
-        # Our daemon defaults, unless given with --mca or set in the user's environment.
+        # Our daemon defaults, unless given with --mca, --env or the user's environment
+        # (a -mca on the line would override the variable).
         mca = {**{name: value for name, value in contract.OPEN_MPI_DAEMON_MCA.items()
-                  if contract.OPEN_MPI_MCA_ENV_PREFIX + name not in environ}, **mca}
+                  if contract.OPEN_MPI_MCA_ENV_PREFIX + name not in {**environ, **env}},
+               **mca}
         return plan.mpirun_argv(command, np=np, hosts=hosts, hostfile=hostfile,
                                 forward_env=forward, bind_to=spec.bind_to, map_by=spec.map_by,
                                 mca=mca, as_root=spec.as_root, oversubscribe=spec.oversubscribe)

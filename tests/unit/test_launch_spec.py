@@ -112,6 +112,8 @@ def test_open_mpi_daemon_defaults_give_way_to_the_user():
     assert _mca(argv) == {"rtc_hwloc_vmhole": "biggest"}
     user = {"OMPI_MCA_rtc_hwloc_vmhole": "heap"}
     assert _mca(plan_of(user, hosts=REMOTE, launcher="mpirun").processes[0].argv) == {}
+    given = (("OMPI_MCA_rtc_hwloc_vmhole", "heap"),)
+    assert _mca(plan_of(hosts=REMOTE, launcher="mpirun", env=given).processes[0].argv) == {}
     # horovodrun --mpi builds its own mpirun line: the default goes in its environment.
     env = plan_of(user, hosts=REMOTE, controller="mpi").processes[0].env_dict()
     assert "OMPI_MCA_rtc_hwloc_vmhole" not in env
