@@ -146,13 +146,12 @@ def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[
             env[contract.ENV_MWMS_PORT_BASE] = str(port_base)
         else:
             env.update(tfconfig.worker_env_contract(first_ranks(hosts, np), spec.port_base))
-    if launcher == "horovodrun" and spec.controller == "mpi":
+    if launcher == "horovodrun" and spec.controller == "mpi":  # it runs Open MPI's mpirun
         daemon_env = {contract.OPEN_MPI_MCA_ENV_PREFIX + name: value
                       for name, value in contract.OPEN_MPI_DAEMON_MCA.items()}
         env.update(unset_only(daemon_env, environ, explicit))
-    if spec.as_root and launcher == "horovodrun" and spec.controller == "mpi":
-        # horovodrun --mpi calls OpenMPI's mpirun, which refuses root without these.
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        if spec.as_root:  # mpirun refuses root without these
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(explicit)
     return env
 
