@@ -92,6 +92,13 @@ OPEN_MPI_DAEMON_MCA = types.MappingProxyType({
     "rtc_hwloc_vmhole": "none",
 })
 OPEN_MPI_MCA_ENV_PREFIX = "OMPI_MCA_"
+
+
+def open_mpi_mca_env_name(name: str) -> str:
+    """The environment variable Open MPI reads for MCA parameter `name`."""
+    return OPEN_MPI_MCA_ENV_PREFIX + name
+
+
 # TensorFlow's own thread counts. The program honours them (horovod_train.env's rule:
 # --intra_op_threads, then these, then SLURM_CPUS_PER_TASK, then cores / local ranks).
 ENV_TF_INTRAOP_THREADS = "TF_NUM_INTRAOP_THREADS"

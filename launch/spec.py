@@ -147,7 +147,7 @@ def _env_additions(spec: LaunchSpec, launcher: str, hosts, np, environ) -> dict[
         else:
             env.update(tfconfig.worker_env_contract(first_ranks(hosts, np), spec.port_base))
     if launcher == "horovodrun" and spec.controller == "mpi":  # it runs Open MPI's mpirun
-        daemon_env = {contract.OPEN_MPI_MCA_ENV_PREFIX + name: value
+        daemon_env = {contract.open_mpi_mca_env_name(name): value
                       for name, value in contract.OPEN_MPI_DAEMON_MCA.items()}
         env.update(unset_only(daemon_env, environ, explicit))
         if spec.as_root:  # mpirun refuses root without these
@@ -205,7 +205,7 @@ def _launcher_argv(spec: LaunchSpec, launcher: str, hosts, np, env, environ) -> 
         # Our daemon defaults, unless given with --mca, --env or the user's environment
         # (a -mca on the line would override the variable).
         mca = {**{name: value for name, value in contract.OPEN_MPI_DAEMON_MCA.items()
-                  if contract.OPEN_MPI_MCA_ENV_PREFIX + name not in {**environ, **env}},
+                  if contract.open_mpi_mca_env_name(name) not in {**environ, **env}},
                **mca}
         return plan.mpirun_argv(command, np=np, hosts=hosts, hostfile=hostfile,
                                 forward_env=forward, bind_to=spec.bind_to, map_by=spec.map_by,
