@@ -61,3 +61,31 @@ def test_a_new_iterator_of_the_same_spec_reuses_the_compiled_step():
     for _ in range(3):
         fed(iter(_batches()), tf.constant(1.0))
     assert fed.experimental_get_tracing_count() == 1
+
+
+def _fetch_ops(iterator) -> set:
+    """The iterator ops in the graph of one traced fetch from `iterator`."""
+    fn = tf.function(lambda it: feed.fetch_timed(it)[0])
+    graph = fn.get_concrete_function(iterator).graph
+    return {op.type for op in graph.get_operations() if op.type.startswith("IteratorGetNext")}
+
+
+def test_a_tf_data_iterator_is_read_on_the_steps_own_thread():
+    # This process runs TF's default inter-op pool: one thread per CPU, and the test
+    # machines have at least two, so a spare thread stays free.
+    assert feed.inter_op_threads() >= 2
+    assert _fetch_ops(iter(_batches())) == {"IteratorGetNextSync"}
+
+
+def test_with_no_spare_inter_op_thread_the_fetch_keeps_its_own_thread(monkeypatch):
+    monkeypatch.setattr(feed, "inter_op_threads", lambda: 1)
+    assert _fetch_ops(iter(_batches())) == {"IteratorGetNext"}
+
+
+def test_the_inline_fetch_ends_as_next_does_at_the_end_of_the_data():
+    it = iter(_batches(count=2))
+    fetch = tf.function(lambda i: feed.fetch_timed(i)[0])
+    got = [fetch(it)[1].numpy().tolist() for _ in range(2)]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(tf.errors.OutOfRangeError):
+        fetch(it)
