@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,12 @@ _INHERITED = ("OMPI_COMM_WORLD", "HOROVOD_RANK", "HOROVOD_SIZE", "PMI_", "SLURM_
 # Our CPU-sharing defaults: scrubbed from the parent's environment so that the bare
 # baseline runs with Horovod's defaults and ours chooses them itself.
 SHARING_KNOBS = ("HOROVOD_CYCLE_TIME", "OMPI_MCA_mpi_yield_when_idle")
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds this process has spent (all its threads)."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 
 
 class BenchError(RuntimeError):

@@ -2,6 +2,7 @@
 
     python bench/input_pipeline.py [--short] [--profile] [--out runs/bench/m6_input.json]
     python bench/input_pipeline.py --ab 3   # digits TFRecord: streamed vs cached, alternating
+    python bench/input_pipeline.py --ab 5 --ab_what fetch   # the step's fetch op, before/after
 
 The training loop reads every epoch through ONE iterator over the epochs' datasets,
 concatenated (horovod_train.data.pipeline.epoch_batches); this script builds its
@@ -78,17 +79,23 @@ def consumer_rate(step, batches_in_memory, batch_size: int, steps: int) -> float
     return steps * batch_size / (time.perf_counter() - start)
 
 
-def fed_wait_share(fed, make_iter, steps: int) -> float:
-    """Share of wall time spent waiting for batches while the loop's iterator feeds a
-    consumer; fed(iterator) runs one step and returns the seconds it waited."""
+def fed_steps(fed, make_iter, steps: int) -> tuple:
+    """(share of wall time spent waiting for batches, seconds per step, CPU seconds per
+    step of this process) while the loop's iterator feeds a consumer; fed(iterator) runs one step and returns the seconds it
+    waited."""
     it = make_iter()
     for _ in range(WARMUP_BATCHES):
         fed(it)
     wait = 0.0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), common.cpu_seconds()
     for _ in range(steps):
         wait += fed(it)
-    return wait / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return wait / elapsed, elapsed / steps, (common.cpu_seconds() - cpu) / steps
+
+
+def fed_wait_share(fed, make_iter, steps: int) -> float:
+    return fed_steps(fed, make_iter, steps)[0]
 
 
 def floor_wait(fed, batch, steps: int) -> float:
@@ -199,20 +206,58 @@ def ab_rounds(tmp: str, args) -> list:
     return rows
 
 
+def fetch_ab_rounds(tmp: str, args) -> list:
+    """Digits TFRecord -> digits_cnn, the batch fetched by IteratorGetNext (its own
+    thread, then back: before) and by IteratorGetNextSync on the step's thread (after,
+    horovod_train/feed.py), alternating; each variant has its own compiled step, traced
+    under its choice, on one model's copy so both do the same work."""
+    from horovod_train import feed
+    digits, load, _, _, _ = _digits(tmp, args)
+    source, b, rows = load(), args.batch_size, []
+    variants = {"before: IteratorGetNext": lambda: 1, "after: IteratorGetNextSync":
+                feed.inter_op_threads}
+    feds = {label: _train_step("digits_cnn", (8, 8, 1), 10)[1] for label in variants}
+    real = feed.inter_op_threads
+    try:
+        for r in range(args.ab):
+            order = list(variants.items())  # ABBA: neither side always runs first
+            for label, threads in (order if r % 2 == 0 else order[::-1]):
+                feed.inter_op_threads = threads  # read when the step is traced (round 1)
+                make = lambda: loop_batches(source, b, args.threads, args.steps)  # noqa: E731
+                wait, seconds, cpu = fed_steps(feds[label], make, args.steps)
+                floor = floor_wait(feds[label], next(make()), args.steps)
+                rows.append({"case": f"{label} #{r + 1}", "variant": label, "data_wait": wait,
+                             "floor_wait": floor, "ms_per_step": 1e3 * seconds,
+                             "cpu_ms_per_step": 1e3 * cpu, "load": os.getloadavg()[0]})
+                print(f"  {label} #{r + 1}: data wait {100 * wait:.1f}% (floor "
+                      f"{100 * floor:.1f}%), {1e3 * seconds:.2f} ms/step, {1e3 * cpu:.2f} CPU ms/step, "
+                      f"{_load()}", flush=True)
+    finally:
+        feed.inter_op_threads = real
+    return rows
+
+
+# The columns of an A/B report: (key in a row, scale, format, header), where rows have it.
+AB_COLUMNS = (("data_wait", 100, "{:.1f}%", "data wait"), ("floor_wait", 100, "{:.1f}%", "floor"),
+              ("headroom", 1, "{:.1f}x", "headroom"), ("ms_per_step", 1, "{:.2f}", "ms/step"),
+              ("cpu_ms_per_step", 1, "{:.2f}", "CPU ms/step"),
+              ("load", 1, "{:.2f}", "load (1 min)"))
+
+
 def ab_report(rows: list) -> str:
     import numpy as np
+    columns = [c for c in AB_COLUMNS if c[0] in rows[0]]
     out = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
         cells = [variant, len(mine)]
-        for key, scale, fmt in (("data_wait", 100, "{:.1f}%"), ("floor_wait", 100, "{:.1f}%"),
-                                ("headroom", 1, "{:.1f}x"), ("load", 1, "{:.2f}")):
+        for key, scale, fmt, _ in columns:
             v = scale * np.array([r[key] for r in mine])
             cells.append(f"{fmt.format(np.median(v))} [{fmt.format(v.min())}, "
                          f"{fmt.format(v.max())}]")
         out.append(cells)
-    return common.table(["digits TFRecord -> digits_cnn", "runs", "data wait median [min, max]",
-                         "floor", "headroom", "load (1 min)"], out)
+    return common.table(["digits TFRecord -> digits_cnn", "runs"] +
+                        [f"{header} median [min, max]" for *_, header in columns], out)
 
 
 def _jpeg_folders(tmp: str, count: int) -> str:
@@ -317,6 +362,9 @@ def _decode_order(source, batch_size: int, per_batch_standardize: bool):
     return ds.with_options(pipeline.dataset_options(0)).prefetch(tf.data.AUTOTUNE)
 
 
+AB_ROUNDS = {"cache": ab_rounds, "fetch": fetch_ab_rounds}
+
+
 def measure_with(args) -> dict:
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
@@ -325,7 +373,8 @@ def measure_with(args) -> dict:
               "consumer_rate_assumed": args.consumer_rate, "ab": args.ab}
     with tempfile.TemporaryDirectory() as tmp:
         if args.ab:
-            result["cases"] = ab_rounds(tmp, args)
+            result["ab_what"] = args.ab_what
+            result["cases"] = AB_ROUNDS[args.ab_what](tmp, args)
             return result
         result["cases"] = digits_cases(tmp, args)
         source = jpeg_source(tmp, args.images)
@@ -340,6 +389,8 @@ def meets_targets(case: dict) -> bool:
 
 
 def report(r: dict) -> str:
+    if r.get("ab"):
+        return ab_report(r["cases"])
     rows = [[c["case"], f"{c['pipeline']:.0f}", f"{c['consumer']:.1f}", f"{c['headroom']:.1f}x",
              f"{100 * c['data_wait']:.1f}%", f"{100 * c['floor_wait']:.1f}%", f"{c['load']:.2f}",
              "met" if meets_targets(c) else "MISSED"]
@@ -350,8 +401,6 @@ def report(r: dict) -> str:
              common.table(["case", "pipeline ex/s", "consumer ex/s", "headroom", "data wait",
                            "floor", "load", "targets"], rows),
              f"targets: headroom >= {TARGET_HEADROOM:g}x, data wait < {100 * TARGET_WAIT:g}%"]
-    if r.get("ab"):
-        lines += ["", ab_report(r["cases"])]
     if r.get("profile"):
         lines += ["", "JPEG pipeline alone, tf.data settings:",
                   common.table(["variant", "img/s"], [[p["variant"], f"{p['pipeline']:.0f}"]
@@ -377,10 +426,13 @@ def parse(argv=None):
     p.add_argument("--skip_resnet", action="store_true")
     p.add_argument("--profile", action="store_true", help="sweep tf.data settings (JPEG)")
     p.add_argument("--ab", type=int, default=0, metavar="ROUNDS",
-                   help="only digits TFRecord: streamed vs cached, alternating ROUNDS times")
+                   help="only digits TFRecord: the --ab_what pair, alternating ROUNDS times")
+    p.add_argument("--ab_what", choices=sorted(AB_ROUNDS), default="cache",
+                   help="cache: the shard streamed vs cached; fetch: IteratorGetNext vs "
+                        "IteratorGetNextSync in the step")
     args = p.parse_args(argv)
     if args.ab and args.out == p.get_default("out"):
-        args.out = os.path.join(common.OUT_DIR, "m6_ab.json")  # keep the figure's file
+        args.out = os.path.join(common.OUT_DIR, f"m6_ab_{args.ab_what}.json")  # keep the figure's file
     if args.short:
         args.steps, args.images, args.skip_resnet = 60, 512, True
     return args

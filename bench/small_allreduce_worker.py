@@ -20,7 +20,6 @@ rank's core. Rank 0 writes one JSON file with both ranks' figures.
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
@@ -44,11 +43,6 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
-def cpu_seconds() -> float:
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    return use.ru_utime + use.ru_stime
-
-
 def latencies(call, iters: int) -> list:
     """Seconds of each of `iters` calls, after two warm-ups (tracing, the first
     negotiation that fills the response cache)."""
@@ -66,9 +60,9 @@ def idle_cpu(hvd, tf, seconds: float) -> float:
     """CPU seconds per wall second while this rank sleeps right after an allreduce;
     the TF op pool is idle, so what burns is Horovod's cycle (and its transport)."""
     hvd.allreduce(tf.ones([1]), name="idle_sync").numpy()
-    cpu, wall = cpu_seconds(), time.perf_counter()
+    cpu, wall = common.cpu_seconds(), time.perf_counter()
     time.sleep(seconds)
-    return (cpu_seconds() - cpu) / (time.perf_counter() - wall)
+    return (common.cpu_seconds() - cpu) / (time.perf_counter() - wall)
 
 
 def apply_config(cycle_ms: str, cache: str) -> None:
@@ -123,9 +117,9 @@ def main(argv=None):
             hvd.shutdown()
             runs.append({"round": rnd, "cycle_ms": float(cycle_ms), "cache": cache,
                          "per_rank": everyone, "bound": bound})
-    cpu, wall = cpu_seconds(), time.perf_counter()
+    cpu, wall = common.cpu_seconds(), time.perf_counter()
     time.sleep(args.idle_s)  # the same sleep with Horovod shut down: TF's own idle cost
-    baseline = (cpu_seconds() - cpu) / (time.perf_counter() - wall)
+    baseline = (common.cpu_seconds() - cpu) / (time.perf_counter() - wall)
     if rank == 0:
         env = {k: os.environ.get(k) for k in ("OMPI_MCA_mpi_yield_when_idle",
                                                "HOROVOD_FUSION_THRESHOLD")}
