@@ -1,4 +1,4 @@
-"""M3 allreduce bandwidth, M4 fusion gain, M5 accumulation: one 2-rank MPI launch.
+"""M3 allreduce bandwidth, M4 fusion gain, M5 accumulation; small allreduces in a step.
 
   python bench/comm.py [--short] [--out runs/bench/comm.json]
 
@@ -9,8 +9,11 @@ same step without it, and raw mpi4py on the same MPI, interleaved ("in-process")
 launch runs mpi4py alone (--bare: no TensorFlow, no Horovod, the same MPI settings and
 binding), what a user would run instead; the targets are read against it. In-process
 mpi4py is slower, since Horovod's background thread shares the rank's core
-(docs/benchmarks.md, M3). busbw as nccl-tests defines it: algbw * 2(n-1)/n. Targets: M3
-ours/mpi4py busbw >= 0.9 from 16 MiB up, M4 grouped <= 2x mpi4py's one buffer (issue 23).
+(docs/benchmarks.md, M3). A third launch, under `horovodrun --gloo`, times ours in a
+step the same way; with M3's MPI rows up to 1 MiB it gives the latency of a small
+allreduce as a training step pays it, under both controllers. busbw as nccl-tests
+defines it: algbw * 2(n-1)/n. Targets (issue 23): M3 ours/mpi4py busbw >= 0.9 from
+16 MiB up, M4 grouped <= 2x mpi4py's one buffer, a small allreduce <= 1 ms.
 """
 import json
 import os
@@ -23,6 +26,7 @@ from bench import common  # noqa: E402
 
 M3_TARGET, M3_FROM = 0.9, 16 << 20
 M4_TARGET = 2.0  # our grouped allreduce / mpi4py's one buffer of the same bytes, at most
+SMALL_MAX, SMALL_TARGET_US = 1 << 20, 1000.0  # a small allreduce: up to 1 MiB, <= 1 ms
 FULL_ROUNDS = 3  # comm_worker.py's default --rounds
 
 
@@ -31,7 +35,11 @@ def measure(short: bool) -> dict:
     opts = ["--rounds=2", "--budget_mib=512", "--steps=3", "--max_mib=64"] if short else ["--rounds=3"]
     result = launch(worker + opts)
     bare = launch(worker + opts + ["--bare", "--figures=m3,m4"])
+    gloo = launch(worker + opts + ["--gloo", "--figures=m3"], controller="gloo")
     n = result["ranks"]
+    result["m3_gloo"] = [{"bytes": row["bytes"], "ours_s": row["ours_s"],
+                          "bare_mpi4py_s": alone["mpi4py_s"]}
+                         for row, alone in zip(gloo["m3"], bare["m3"])]
     for row, alone in zip(result["m3"], bare["m3"]):
         row["bare_mpi4py_s"] = alone["mpi4py_s"]
         for name in ("ours", "mpi4py", "bare_mpi4py"):
@@ -50,11 +58,11 @@ def measure(short: bool) -> dict:
     return result
 
 
-def launch(argv: list) -> dict:
-    """The JSON that rank 0 of a 2-rank `horovodrun --mpi` of argv writes."""
+def launch(argv: list, controller: str = "mpi") -> dict:
+    """The JSON that rank 0 of a 2-rank `horovodrun --<controller>` of argv writes."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "comm.json")
-        common.run(common.launcher("mpi", 2) + argv + [f"--out={path}"], timeout=1500)
+        common.run(common.launcher(controller, 2) + argv + [f"--out={path}"], timeout=1500)
         with open(path) as f:
             return json.load(f)
 
@@ -75,6 +83,8 @@ def report(r: dict) -> str:
                       "alone busbw GB/s", "ours/alone", "ours/in-process"], m3),
         f"target ours/alone >= {M3_TARGET} from {common.size_label(M3_FROM)} up: {'met' if r['m3_target_met'] else 'MISSED'}",
         "",
+        *small_lines(r),
+        "",
         f"M4 {m4['tensors']} tensors of {common.size_label(m4['tensor_bytes'])}, ms per allreduce "
         "of all of them; in a step = inside a tf.function that makes the tensors and reads "
         "every result, minus that function without the allreduce "
@@ -89,6 +99,22 @@ def report(r: dict) -> str:
         "",
         *m5_lines(r["m5"]),
     ])
+
+
+def small_lines(r: dict) -> list:
+    """One allreduce inside a compiled step, as training runs it, under both of
+    Horovod's CPU controllers, beside mpi4py alone (the M3 rows up to SMALL_MAX)."""
+    rows = []
+    for mpi, gloo in zip(r["m3"], r["m3_gloo"]):
+        if mpi["bytes"] > SMALL_MAX:
+            break
+        rows.append([common.size_label(mpi["bytes"]), f"{1e6 * mpi['ours_s']:.0f}",
+                     f"{1e6 * gloo['ours_s']:.0f}", f"{1e6 * mpi['bare_mpi4py_s']:.0f}"]
+                    + ["met" if max(mpi["ours_s"], gloo["ours_s"]) * 1e6 <= SMALL_TARGET_US
+                       else "MISSED"])
+    return [f"One allreduce in a step (the step's path, as M3), us; target <= "
+            f"{SMALL_TARGET_US:g} us under both controllers",
+            common.table(["size", "ours, MPI", "ours, Gloo", "mpi4py alone", "target"], rows)]
 
 
 def m5_lines(rows: list) -> list:

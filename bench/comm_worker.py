@@ -34,15 +34,22 @@ def parse(argv=None):
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--bare", action="store_true", help="mpi4py only: M3's sizes and M4's "
                    "buffers, no TensorFlow or Horovod in the process")
+    p.add_argument("--gloo", action="store_true", help="launched by horovodrun --gloo: no "
+                   "MPI in the job, so no mpi4py beside ours (M3 only)")
     p.add_argument("--out", default="", help="rank 0 also writes the JSON here")
     return p.parse_args(argv)
 
 
 class Clock:
-    """Times `fn` so that every rank starts together (an MPI barrier first)."""
+    """Times `fn` so that every rank starts together (a barrier first). `barrier()` and
+    `sum_all(x)` are the job's: mpi4py's under MPI, Horovod's under Gloo."""
 
-    def __init__(self, comm):
-        self.comm = comm
+    def __init__(self, barrier, sum_all):
+        self.barrier, self.sum_all = barrier, sum_all
+
+    @classmethod
+    def over(cls, comm):
+        return cls(comm.Barrier, comm.allreduce)
 
     def seconds(self, fn, iters: int) -> float:
         return self.timed(fn, iters)[0]
@@ -50,15 +57,15 @@ class Clock:
     def timed(self, fn, iters: int) -> tuple:
         """(wall seconds, CPU seconds of every rank summed) per call of fn; CPU is each
         rank's user + system (os.times) over its calls, the final barrier excluded."""
-        self.comm.Barrier()
+        self.barrier()
         start, cpu = time.perf_counter(), os.times()
         for _ in range(iters):
             fn()
         end = os.times()
-        self.comm.Barrier()
+        self.barrier()
         wall = time.perf_counter() - start
         mine = (end.user - cpu.user) + (end.system - cpu.system)
-        return wall / iters, self.comm.allreduce(mine) / iters
+        return wall / iters, self.sum_all(mine) / iters
 
 
 def in_step(tf, reduce, variables):
@@ -128,13 +135,16 @@ def bare(comm, clock, args) -> dict:
 
 def m3(tf, backend, comm, clock, args) -> list:
     """Allreduce time of one message, ours (the step's allreduce_gradients, in_step) vs
-    mpi4py's Allreduce of the same float32 buffer; medians of interleaved rounds."""
+    mpi4py's Allreduce of the same float32 buffer (when the job has MPI: comm); medians
+    of interleaved rounds."""
     rows = []
     for size, iters in m3_sizes(args):
         n = size // 4
         x = [tf.Variable(tf.ones([n], tf.float32))]
         cases = {"ours": in_step(tf, backend.allreduce_gradients, x),
-                 "without": in_step(tf, same, x), "mpi4py": mpi4py_allreduce(comm, n)}
+                 "without": in_step(tf, same, x)}
+        if comm is not None:
+            cases["mpi4py"] = mpi4py_allreduce(comm, n)
         # Warm-up: traces for this shape, and grows TF's pooled allocator to this size as
         # a training run's first steps do (with one call, round 1 paid for the growth).
         for _ in range(3):
@@ -143,7 +153,7 @@ def m3(tf, backend, comm, clock, args) -> list:
         t = interleaved(clock, cases, args.rounds, iters)
         rows.append({"bytes": size, "iters": iters, "ours_call_s": t["ours"],
                      "without_s": t["without"], "ours_s": t["ours"] - t["without"],
-                     "mpi4py_s": t["mpi4py"]})
+                     "mpi4py_s": t.get("mpi4py")})
         del x
     return rows
 
@@ -233,7 +243,7 @@ def main_bare(args, bound):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     figures = {"ranks": comm.Get_size(), "bound_cpus": bound,
-               **bare(comm, Clock(comm), args)}
+               **bare(comm, Clock.over(comm), args)}
     write(comm.Get_rank(), figures, args.out)
 
 
@@ -259,10 +269,16 @@ def main(argv=None):
     from horovod_train.backends.horovod import HorovodBackend
     backend = HorovodBackend()
     info = backend.setup()  # hvd.init(): MPI starts here, with our defaults in force
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
-    clock = Clock(comm)
+    if args.gloo:
+        comm = None
+        clock = Clock(backend.barrier, lambda x: float(backend.allreduce_mean(
+            tf.constant(x, tf.float64))) * info.size)
+    else:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        clock = Clock.over(comm)
     figures = {"ranks": info.size, "bound_cpus": bound, "chosen_env": {**allocator, **backend.chosen_env},
+               "controller": "gloo" if args.gloo else "mpi",
                "env": {k: os.environ.get(k) for k in
                        ("HOROVOD_CYCLE_TIME", "OMPI_MCA_mpi_yield_when_idle",
                         "HOROVOD_FUSION_THRESHOLD")}}
