@@ -7,6 +7,7 @@ are per logging interval (and per rank) where the run reports intervals, so
 """
 import json
 import os
+import subprocess
 import tempfile
 
 from bench import common
@@ -51,6 +52,36 @@ def ours(prefix: list, steps: int, threads: int = 1, extra=(), timeout=900,
             "from": "log intervals" if rates else "summary",
             "data_share": common.interval_shares(log, "data"),
             "chosen_env": "CPU defaults chosen" in log, **_from_summary(summary, log)}
+
+
+def solo(n: int, steps: int, threads: int = 1, timeout=900, model=MODEL_FLAGS,
+         interval: int = INTERVAL) -> dict:
+    """n one-process runs of ours (--backend=local) at the same time, each on a core of
+    its own (taskset, as training binds n ranks on this host), none communicating. n=2
+    over n=1 is the ceiling of M2's efficiency on this host: what 2 ranks would reach if
+    their allreduce were free, the cost of sharing caches, memory bandwidth and the
+    kernel with a second busy process."""
+    cores = sorted(os.sched_getaffinity(0))[:n]
+    flags = ["--backend=local", *ours_flags(steps, threads, (), model, interval)]
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [os.path.join(tmp, f"summary{i}.json") for i in range(n)]
+        procs = [subprocess.Popen(["taskset", "-c", str(core), common.PY, "-m", "horovod_train",
+                                   *flags, f"--summary_json={out}"], cwd=common.ROOT,
+                                  env=common.child_env(), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                 for core, out in zip(cores, outs)]
+        ended = [(p.args, p.communicate(timeout=timeout)[1], p.returncode) for p in procs]
+        failed = [f"exit {rc}: {' '.join(args)}\n{err[-2000:]}" for args, err, rc in ended if rc]
+        if failed:
+            raise common.BenchError("\n".join(failed))
+        summaries = []
+        for out in outs:
+            with open(out) as f:
+                summaries.append(json.load(f))
+    rates = [s["samples_per_sec_per_rank"][0] for s in summaries]
+    cpus = [s.get("cpu_seconds_per_sample") for s in summaries]
+    return {"per_rank": rates, "ranks": n, "rate": sum(rates) / n,
+            "cpu": sum(cpus) / n if None not in cpus else None}
 
 
 def bare(prefix: list, steps: int, threads: int = 1, timeout=900, model: str = "digits_cnn",

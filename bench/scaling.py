@@ -29,6 +29,7 @@ from launch import contract  # noqa: E402
 CONTROLLERS = ("gloo", "mpi")
 BUCKET0 = "ours/2/gloo/bucket0"
 UNBOUND = "ours/2/gloo/unbound"  # the same run with HOROVOD_TRAIN_CPU_BIND=none
+SOLO1, SOLO2 = "solo/1", "solo/2"  # ours, --backend=local: 1 process, 2 at once (runs.solo)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,16 +55,18 @@ LABELS = {"ours/1": "ours, 1 rank", "bare/1": "bare Horovod, 1 rank",
           "ours/2/gloo": "ours, Gloo", "bare/2/gloo": "bare Horovod, Gloo",
           "ours/2/mpi": "ours, MPI", "bare/2/mpi": "bare Horovod, MPI",
           "mwms/2": "ours, mwms (RING/gRPC)", BUCKET0: "ours, Gloo, --allreduce_bucket_mb=0",
-          UNBOUND: "ours, Gloo, HOROVOD_TRAIN_CPU_BIND=none"}
+          UNBOUND: "ours, Gloo, HOROVOD_TRAIN_CPU_BIND=none",
+          SOLO1: "ours, local, 1 process", SOLO2: "ours, local, 2 processes at once"}
 # efficiency name -> (1-rank run, 2-rank run)
 PAIRS = {"ours/gloo": ("ours/1", "ours/2/gloo"), "ours/mpi": ("ours/1", "ours/2/mpi"),
          "bare/gloo": ("bare/1", "bare/2/gloo"), "bare/mpi": ("bare/1", "bare/2/mpi"),
          "mwms": ("ours/1", "mwms/2"), "ours/gloo/bucket0": ("ours/1", BUCKET0),
-         "ours/gloo/unbound": ("ours/1", UNBOUND)}
+         "ours/gloo/unbound": ("ours/1", UNBOUND), "ceiling": (SOLO1, SOLO2)}
 
 
-def _one_repeat(m: Model, steps: int) -> dict:
-    """Every config of model m once, each with the load average after it."""
+def _one_repeat(m: Model, steps: int, only=()) -> dict:
+    """Every config of model m once (or those named in `only`), each with the load
+    average after it."""
     def ours(np_, controller, extra=(), env=None):
         return runs.ours(common.launcher(controller, np_), steps, extra=extra,
                          model=m.flags, interval=m.interval, env=env)
@@ -82,8 +85,12 @@ def _one_repeat(m: Model, steps: int) -> dict:
         todo[f"bare/2/{c}"] = lambda c=c: bare(2, c)
     todo["mwms/2"] = lambda: runs.mwms(2, runs.ours_flags(steps, model=m.flags,
                                                            interval=m.interval))
+    for n, name in ((1, SOLO1), (2, SOLO2)):
+        todo[name] = lambda n=n: runs.solo(n, steps, model=m.flags, interval=m.interval)
     out = {}
     for name, fn in todo.items():
+        if only and name not in only:
+            continue
         out[name] = fn()
         out[name]["load_after"] = common.load_average()
         print(f"  {m.name} {name}: {out[name]['rate']:.1f} img/s per rank, "
@@ -97,24 +104,28 @@ def _ms(cpu) -> str:
 
 def _model_figures(m: Model, reps: list) -> dict:
     eff = {name: common.efficiency([r[one] for r in reps], [r[two] for r in reps])
-           for name, (one, two) in PAIRS.items() if two in reps[0]}
+           for name, (one, two) in PAIRS.items() if one in reps[0] and two in reps[0]}
     return {"runs": reps, "efficiency": eff, "target": m.target, "batch": m.batch,
             "interval": m.interval,
             "comm_share": {name: scaling_report.comm_share(reps, name) for name in reps[0]},
-            "met": {c: eff[f"ours/{c}"]["wall"] >= m.target for c in CONTROLLERS},
+            "met": {c: eff[f"ours/{c}"]["wall"] >= m.target for c in CONTROLLERS
+                    if f"ours/{c}" in eff},
             "horovod_over_mwms": common.ratio(
                 statistics.fmean(r["ours/2/gloo"]["rate"] for r in reps),
-                statistics.fmean(r["mwms/2"]["rate"] for r in reps)),
-            "ours_chose_defaults": all(r["ours/2/gloo"]["chosen_env"] for r in reps)}
+                statistics.fmean(r["mwms/2"]["rate"] for r in reps))
+            if {"ours/2/gloo", "mwms/2"} <= reps[0].keys() else None,
+            "ours_chose_defaults": all(r["ours/2/gloo"]["chosen_env"] for r in reps)
+            if "ours/2/gloo" in reps[0] else None}
 
 
-def measure(short: bool, smoke: bool = False, only=(), progress: str = "") -> dict:
+def measure(short: bool, smoke: bool = False, only=(), progress: str = "",
+            runs_only=()) -> dict:
     version = "smoke" if smoke else "short" if short else "full"
     chosen = [m for m in MODELS if not only or m.name in only]
     reps = {m.name: [] for m in chosen}
     for _ in range(REPEATS[version]):  # interleaved: every config once per repeat
         for m in chosen:
-            reps[m.name].append(_one_repeat(m, m.steps[version]))
+            reps[m.name].append(_one_repeat(m, m.steps[version], runs_only))
             if progress:  # what a run cut short has measured (--from_progress)
                 common.write_json(progress, {"version": version, "reps": reps})
     return figures(reps, version)
@@ -152,6 +163,8 @@ def main(argv=None):
     parser.add_argument("--models", default="", help="comma-separated, default all: "
                         + ",".join(m.name for m in MODELS))
     parser.add_argument("--out", default=os.path.join(common.OUT_DIR, "m2_scaling.json"))
+    parser.add_argument("--runs", default="", help="comma-separated, default all: only these "
+                        "runs, e.g. ours/1,solo/1,solo/2,ours/2/gloo,ours/2/mpi")
     parser.add_argument("--from_progress", default="", help="report the complete repeats of a "
                         "run cut short from its <out>.progress.json instead of measuring")
     args = parser.parse_args(argv)
@@ -164,7 +177,8 @@ def main(argv=None):
     def run(short):
         if args.from_progress:
             return _from_progress(args.from_progress)
-        return measure(short, args.smoke, only, progress=f"{args.out}.progress.json")
+        return measure(short, args.smoke, only, progress=f"{args.out}.progress.json",
+                       runs_only=set(filter(None, args.runs.split(","))))
     return common.run_figure("m2_scaling", run, report, args.short or args.smoke, args.out)
 
 

@@ -4,10 +4,11 @@ import statistics
 
 from bench import common
 
-ORDER = ("ours/1", "bare/1", "ours/2/gloo", "bare/2/gloo", "ours/2/mpi", "bare/2/mpi",
-         "mwms/2", "ours/2/gloo/bucket0", "ours/2/gloo/unbound")
+ORDER = ("ours/1", "bare/1", "solo/1", "ours/2/gloo", "bare/2/gloo", "ours/2/mpi", "bare/2/mpi",
+         "mwms/2", "ours/2/gloo/bucket0", "ours/2/gloo/unbound", "solo/2")
 EFF_LABELS = {"ours/gloo": "ours, Gloo", "ours/mpi": "ours, MPI", "bare/gloo": "bare Horovod, Gloo",
-              "bare/mpi": "bare Horovod, MPI", "mwms": "ours, mwms (vs ours 1 rank)"}
+              "bare/mpi": "bare Horovod, MPI", "mwms": "ours, mwms (vs ours 1 rank)",
+              "ceiling": "no communication: 2 lone processes at once / 1 alone"}
 RATE_HEADERS = ["run", "ranks", "img/s per rank", "range", "CPU ms/img", "range", "load after"]
 EFF_HEADERS = ["2 ranks / 1 rank", "wall eff", "range", "CPU eff", "range", "1-rank work",
                "extra CPU", "waiting"]
@@ -46,13 +47,28 @@ def eff_row(label: str, e: dict) -> list:
 def verdicts(fig: dict) -> str:
     """'target ours >= T (wall): Gloo 0.951 met, MPI 0.902 MISSED; by CPU: ...'."""
     t, eff = fig["target"], fig["efficiency"]
+    present = [c for c in ("gloo", "mpi") if "ours/" + c in eff]
+    if not present:
+        return ""
 
     def say(kind):
         return ", ".join(f"{c.upper() if c != 'gloo' else 'Gloo'} {eff['ours/' + c][kind]:.3f} "
                          f"{'met' if eff['ours/' + c][kind] >= t else 'MISSED'}"
-                         for c in ("gloo", "mpi"))
+                         for c in present)
     return (f"target ours >= {t} (wall clock): {say('wall')}; "
             f"the same bar in CPU efficiency: {say('cpu')}")
+
+
+def ceiling_line(eff: dict) -> str:
+    """How much of the no-communication ceiling ours reaches (wall and CPU)."""
+    if "ceiling" not in eff:
+        return ""
+    top = eff["ceiling"]
+    parts = [f"{EFF_LABELS['ours/' + c]} / ceiling: wall x{common.ratio(eff['ours/' + c]['wall'], top['wall']):.3f}, "
+             f"CPU x{common.ratio(eff['ours/' + c]['cpu'], top['cpu']):.3f}"
+             for c in ("gloo", "mpi") if "ours/" + c in eff]
+    return "; ".join([f"the ceiling here (2 processes that never communicate): wall "
+                      f"{top['wall']:.3f}, CPU {top['cpu']:.3f}", *parts])
 
 
 def model_section(model: str, fig: dict, r: dict, labels: dict) -> str:
@@ -68,12 +84,13 @@ def model_section(model: str, fig: dict, r: dict, labels: dict) -> str:
         f"{fig['steps']} steps logged every {fig['interval']} (figures from the {steady} steps "
         f"after the first interval), {done} interleaved repeat(s){fewer}",
         common.table(RATE_HEADERS, rate_rows(reps, labels)), "",
-        common.table(EFF_HEADERS, [eff_row(EFF_LABELS[k], eff[k]) for k in EFF_LABELS]),
+        common.table(EFF_HEADERS, [eff_row(EFF_LABELS[k], eff[k]) for k in EFF_LABELS if k in eff]),
     ]
-    lines += [f"{EFF_LABELS[k]}: {common.interpret(eff[k])}" for k in EFF_LABELS]
-    lines += [verdicts(fig),
-              f"horovod (Gloo) / mwms throughput = {fig['horovod_over_mwms']:.2f}; ours logged "
-              f"its CPU-sharing defaults: {fig['ours_chose_defaults']}"]
+    lines += [f"{EFF_LABELS[k]}: {common.interpret(eff[k])}" for k in EFF_LABELS if k in eff]
+    lines += [line for line in (verdicts(fig), ceiling_line(eff)) if line]
+    if fig.get("horovod_over_mwms") is not None:
+        lines.append(f"horovod (Gloo) / mwms throughput = {fig['horovod_over_mwms']:.2f}; ours "
+                     f"logged its CPU-sharing defaults: {fig['ours_chose_defaults']}")
     return "\n".join(lines)
 
 

@@ -153,3 +153,31 @@ def test_binding_section_sets_bound_beside_unbound_from_the_same_repeats():
 
 def test_no_binding_section_without_the_unbound_run():
     assert "M2 CPU binding" not in scaling_report.report(_figures(), {})
+
+
+def test_the_ceiling_of_two_lone_processes_and_how_much_of_it_ours_reaches():
+    r = _figures()
+    fig = r["models"]["resnet18_cifar"]
+    for rep in fig["runs"]:
+        rep["solo/1"], rep["solo/2"] = _run(5.2, 0.19, 1), _run(4.68, 0.20)
+    fig["efficiency"]["ceiling"] = common.efficiency(
+        [x["solo/1"] for x in fig["runs"]], [x["solo/2"] for x in fig["runs"]])
+    text = scaling_report.report(r, {})
+    # ceiling: 4.68 / 5.2 = 0.900 wall, 0.19 / 0.20 = 0.950 CPU; ours Gloo 0.970 / 0.900.
+    assert "the ceiling here (2 processes that never communicate): wall 0.900, CPU 0.950" in text
+    assert "ours, Gloo / ceiling: wall x1.078" in text
+    row = next(line for line in text.splitlines() if line.startswith("no communication"))
+    assert "0.900" in row and "0.950" in row
+
+
+def test_a_report_of_some_runs_only_leaves_the_others_out():
+    """scaling.py --runs ours/1,ours/2/gloo: no MPI, bare, mwms or ceiling rows."""
+    r = _figures()
+    fig = r["models"]["resnet18_cifar"]
+    keep = {"ours/1", "ours/2/gloo"}
+    fig["runs"] = [{k: v for k, v in rep.items() if k in keep} for rep in fig["runs"]]
+    fig["efficiency"] = {"ours/gloo": fig["efficiency"]["ours/gloo"]}
+    fig["horovod_over_mwms"] = fig["ours_chose_defaults"] = None
+    text = scaling_report.report(r, {})
+    assert "target ours >= 0.93 (wall clock): Gloo 0.970 met;" in text
+    assert "MPI" not in text and "mwms" not in text and "ceiling" not in text
