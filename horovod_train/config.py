@@ -56,10 +56,12 @@ class SpeedConfig:
     gradient_checkpointing: bool = option(False, "Recompute each model block's activations in "
                                           "the backward pass.")
     compression: str = option("none", "Gradients on the wire.", choices=COMPRESSIONS)
-    allreduce_bucket_mb: float = option(
-        DEFAULT_BUCKET_MB, "Gradients are reduced in buckets of about this many MiB, last "
-        "layers first, each sent as soon as backprop has produced it (overlapping the "
-        "backward pass); 0 = one grouped allreduce after it.")
+    allreduce_bucket_mb: float | None = option(
+        None, "Gradients are reduced in buckets of about this many MiB, last layers first, "
+        "each sent as soon as backprop has produced it (overlapping the backward pass); 0 = "
+        f"one grouped allreduce after it. Unset: {DEFAULT_BUCKET_MB:g}, except 0 under Gloo "
+        "when ranks share a CPU host's cores (there the buckets' transport competes with "
+        "backprop for each rank's core).")
     max_nonfinite_steps: int = option(20, "Stop after this many consecutive steps with "
                                       "non-finite gradients.")
     inject_nonfinite: str = option("", "Fault injection: STEP@RANK makes that rank's gradients "
@@ -74,9 +76,10 @@ class SpeedConfig:
             raise usage_error("--grad_accum_steps", self.grad_accum_steps, "an integer >= 1",
                               "pass --grad_accum_steps=1 (no accumulation) or more")
         check_positive("--max_nonfinite_steps", self.max_nonfinite_steps)
-        check_range("--allreduce_bucket_mb", self.allreduce_bucket_mb, 0.0,
-                    expected="0 (one grouped allreduce) or a finite positive number of MiB",
-                    fix=f"pass --allreduce_bucket_mb={DEFAULT_BUCKET_MB:g}")
+        if self.allreduce_bucket_mb is not None:  # None: the backend's rule decides
+            check_range("--allreduce_bucket_mb", self.allreduce_bucket_mb, 0.0,
+                        expected="0 (one grouped allreduce) or a finite positive number of MiB",
+                        fix=f"pass --allreduce_bucket_mb={DEFAULT_BUCKET_MB:g}, or leave it unset")
         if self.inject_nonfinite:
             self.injection()  # validates
 

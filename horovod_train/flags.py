@@ -25,6 +25,7 @@ _DEFINERS = {  # field type -> absl definer
     bool: flags.DEFINE_boolean,
     int: flags.DEFINE_integer,
     float: flags.DEFINE_float,
+    float | None: flags.DEFINE_float,  # None: unset, the program decides
     str: flags.DEFINE_string,
     str | None: flags.DEFINE_string,
     tuple: flags.DEFINE_list,  # "224,224,3"; the config parses the items

@@ -10,6 +10,7 @@ hands it the same size instead of cutting the list itself.
 
 TF-free: a pure function of byte sizes.
 """
+from horovod_train.config import DEFAULT_BUCKET_MB
 
 
 def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
@@ -31,8 +32,10 @@ def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     return out
 
 
-def mib_to_bytes(mib: float) -> int:
-    return int(mib * 1024 * 1024)
+def mib_to_bytes(mib: float | None) -> int:
+    """None (--allreduce_bucket_mb unset): the default size; a backend may choose
+    otherwise once it knows its transport (HorovodBackend.setup)."""
+    return int((DEFAULT_BUCKET_MB if mib is None else mib) * 1024 * 1024)
 
 
 def describe(bucket_bytes: int) -> str:

@@ -47,13 +47,28 @@ def knob_env(fusion_threshold_mb=None, cycle_time_ms=None, hierarchical_allreduc
     return env
 
 
+def _shares_cpu(local_size: int, gpus: int) -> bool:
+    """Several ranks on one host with no GPU: they share its cores."""
+    return local_size >= 2 and gpus == 0
+
+
 def _cpu_sharing_defaults(local_size: int, gpus: int, environ) -> dict:
     """The env defaults we set for several CPU ranks on one host; the user's win. Not on
     a GPU host: its ranks wait on their GPUs, and a 5 ms cycle would delay every
     allreduce."""
-    if local_size < 2 or gpus > 0:
+    if not _shares_cpu(local_size, gpus):
         return {}
     return {k: v for k, v in contract.CPU_SHARING_DEFAULTS.items() if k not in environ}
+
+
+def unset_bucket_mb(local_size: int, gpus: int, gloo: bool) -> float:
+    """The bucket size when --allreduce_bucket_mb is unset. Buckets overlap the transport
+    with backprop, which pays when the transport has an engine of its own (NCCL on a GPU)
+    and paid under MPI's shared memory on 2 shared cores; under Gloo with ranks sharing a
+    CPU host's cores, a bucket's TCP exchange needs the peer's threads, which compete
+    with backprop for each rank's core: one call after backprop was 13-21% faster on
+    resnet18_cifar (docs/benchmarks.md, M2 overlap)."""
+    return 0.0 if gloo and _shares_cpu(local_size, gpus) else DEFAULT_BUCKET_MB
 
 
 class HorovodBackend(Backend):
@@ -64,9 +79,10 @@ class HorovodBackend(Backend):
 
     def __init__(self, compression: str = "none", fusion_threshold_mb: float | None = None,
                  cycle_time_ms: float | None = None, hierarchical_allreduce: bool = False,
-                 timeline_path: str | None = None, bucket_mb: float = DEFAULT_BUCKET_MB):
+                 timeline_path: str | None = None, bucket_mb: float | None = None):
         super().__init__()
         check_choice("compression", compression, contract.COMPRESSIONS)
+        self.bucket_mb = bucket_mb  # None: unset_bucket_mb decides in setup()
         self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)
         self._hvd = _import_horovod()
         self.compression = compression
@@ -86,7 +102,10 @@ class HorovodBackend(Backend):
 
     def describe(self) -> str:
         knobs = " ".join(f"{k}={v}" for k, v in sorted(self.knobs.items()))
-        return (f"horovod (compression {self.compression}, {buckets.describe(self.bucket_bytes)}"
+        chosen = " (unset: Gloo ranks sharing CPU cores)" if (
+            self.bucket_mb is None and self.bucket_bytes != buckets.mib_to_bytes(None)) else ""
+        return (f"horovod (compression {self.compression}, "
+                f"{buckets.describe(self.bucket_bytes)}{chosen}"
                 f"{', ' + knobs if knobs else ''})")
 
     def setup(self) -> ProcessInfo:
@@ -103,6 +122,9 @@ class HorovodBackend(Backend):
         hvd = self._hvd
         hvd.init()
         self.info = ProcessInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
+        if self.bucket_mb is None:  # the controller is known only now
+            self.bucket_bytes = buckets.mib_to_bytes(
+                unset_bucket_mb(self.info.local_size, gpus, hvd.gloo_enabled()))
         # Horovod's own local rank (it also covers launchers env.py cannot read); hvd.init()
         # does not create TF's devices, so pinning still takes effect here.
         self.gpu = devices.pin_gpu(self.info.local_rank, self.info.local_size,

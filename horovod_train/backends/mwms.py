@@ -25,7 +25,6 @@ from horovod_train import devices
 from horovod_train.backends import buckets
 from horovod_train.backends import tf_config as tfc
 from horovod_train.backends.base import Backend, ProcessInfo
-from horovod_train.config import DEFAULT_BUCKET_MB
 from horovod_train.data.sharding import ShardInfo
 from horovod_train.errors import check_choice, check_positive
 from launch import contract
@@ -49,7 +48,7 @@ class MwmsBackend(Backend):
 
     def __init__(self, collective: str = "auto", collective_timeout_s: float = 300.0,
                  port_base: int = contract.DEFAULT_MWMS_PORT_BASE, compression: str = "none",
-                 bucket_mb: float = DEFAULT_BUCKET_MB):
+                 bucket_mb: float | None = None):
         super().__init__()
         # TF packs the gradients itself, by the same rule as backends/buckets.py.
         self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)

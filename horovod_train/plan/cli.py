@@ -64,11 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad_accum_steps", type=int, default=1)
     p.add_argument("--compression", default="none",
                    help="gradients on the wire, as the trainer's: " + ", ".join(WIRE_BYTES))
-    # The trainer's flag, with the trainer's default (one constant): buckets of
-    # DEFAULT_BUCKET_MB reduced while backprop runs, so the planner overlaps unless told 0.
+    # The trainer's flag, with the trainer's default where the planner's clusters run
+    # (GPU hosts: backends/horovod.unset_bucket_mb): buckets of DEFAULT_BUCKET_MB reduced
+    # while backprop runs, so the planner overlaps unless told 0.
     p.add_argument("--allreduce_bucket_mb", type=float, default=DEFAULT_BUCKET_MB,
                    metavar="MIB",
-                   help=f"the trainer's flag and default ({DEFAULT_BUCKET_MB:g}): > 0 plans "
+                   help=f"the trainer's flag and its default on GPU hosts "
+                        f"({DEFAULT_BUCKET_MB:g}): > 0 plans "
                         "the allreduce overlapping backprop, as the trainer's gradient buckets "
                         "do; 0 plans one grouped allreduce after backprop (the trainer's 0), "
                         "the most exposed comm")

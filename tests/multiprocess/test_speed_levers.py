@@ -76,6 +76,21 @@ def test_buckets_are_several_collectives_with_the_same_update(tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("controller, chosen", [
+    ("gloo", "gradients in one grouped allreduce"), ("mpi", "gradient buckets of 4 MiB")])
+def test_unset_bucket_size_follows_the_controller_on_shared_cpu_cores(tmp_path, controller,
+                                                                       chosen):
+    """No --allreduce_bucket_mb: 2 CPU ranks on one host reduce once after backprop under
+    Gloo and in 4 MiB buckets under MPI, each logged on the config line (the user's value
+    wins: test_buckets_are_several_collectives_with_the_same_update runs Gloo with one)."""
+    _hvd()
+    summary = run_ranks(horovodrun(2, controller, SHORT), tmp_path)
+    assert f"backend horovod (compression none, {chosen}" in summary["_stderr"]
+    assert summary["config"]["speed"]["allreduce_bucket_mb"] is None
+    assert summary["collective_ops_per_step"] == 1  # digits_cnn's 0.6 MiB: one either way
+    assert_ranks_identical(summary, tmp_path, 2)
+
+
 def test_mwms_packs_the_gradients_in_buckets(tmp_path):
     summary, _ = run_workers(SHORT + ["--backend=mwms", BUCKETS], tmp_path)
     # TF cuts the packs (CommunicationOptions.bytes_per_pack); one per bucket of ours.

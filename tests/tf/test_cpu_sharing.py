@@ -3,7 +3,9 @@ cores; a GPU host keeps Horovod's own (its ranks wait on GPUs, not on each other
 import pytest
 
 pytest.importorskip("horovod.tensorflow")
-from horovod_train.backends.horovod import CPU_SHARING_DEFAULTS, _cpu_sharing_defaults
+from horovod_train.backends.horovod import (CPU_SHARING_DEFAULTS, _cpu_sharing_defaults,
+                                            unset_bucket_mb)
+from horovod_train.config import DEFAULT_BUCKET_MB
 
 
 def test_cpu_ranks_sharing_a_host_get_the_defaults():
@@ -19,6 +21,19 @@ def test_one_rank_or_hidden_gpus_or_the_users_own_setting():
     assert _cpu_sharing_defaults(2, gpus=0, environ={"CUDA_VISIBLE_DEVICES": "-1"}) == CPU_SHARING_DEFAULTS
     mine = _cpu_sharing_defaults(2, gpus=0, environ={"HOROVOD_CYCLE_TIME": "1"})
     assert "HOROVOD_CYCLE_TIME" not in mine and "OMPI_MCA_mpi_yield_when_idle" in mine
+
+
+def test_gloo_ranks_sharing_a_cpu_host_reduce_once_after_backprop():
+    """--allreduce_bucket_mb unset: under Gloo, ranks that share a CPU host's cores send
+    their gradients in one call after backprop (buckets' transport would compete with
+    backprop for each rank's one core: docs/benchmarks.md, M2 overlap)."""
+    assert unset_bucket_mb(2, gpus=0, gloo=True) == 0
+
+
+def test_buckets_under_mpi_on_gpus_and_for_one_rank_per_host():
+    assert unset_bucket_mb(2, gpus=0, gloo=False) == DEFAULT_BUCKET_MB  # MPI: buckets won
+    assert unset_bucket_mb(8, gpus=8, gloo=True) == DEFAULT_BUCKET_MB  # NCCL overlaps
+    assert unset_bucket_mb(1, gpus=0, gloo=True) == DEFAULT_BUCKET_MB
 
 
 def test_the_launcher_and_the_backend_choose_the_same_defaults():

@@ -12,7 +12,8 @@ from horovod_train import flags as ht_flags
 
 # What a field's type must become, written independently of flags.py's own table.
 PARSERS = {bool: flags.BooleanParser, int: flags.IntegerParser, float: flags.FloatParser,
-           str: flags.ArgumentParser, str | None: flags.ArgumentParser, tuple: flags.ListParser}
+           str: flags.ArgumentParser, str | None: flags.ArgumentParser, tuple: flags.ListParser,
+           float | None: flags.FloatParser}
 
 
 def leaf_fields(root=cfg.RunConfig, path=()):
@@ -106,7 +107,7 @@ def _changed_value(field, kind, tmp_path):
         return "false" if field.default else "true"
     if kind is int:
         return str(field.default + 1)
-    if kind is float:
+    if kind is float or kind == float | None:  # None: unset, the program decides
         return str(field.default / 2 if field.default else 1.5)
     examples = {**EXAMPLES, "data_dir": tmp_path, "checkpoint_dir": tmp_path,
                 "run_dir": tmp_path, "summary_json": tmp_path / "s.json",

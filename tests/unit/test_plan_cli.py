@@ -283,10 +283,14 @@ def _plan_json(flags, capsys):
 
 
 def _trainer_bucket_default() -> float:
-    """The trainer's --allreduce_bucket_mb default, read off its config field."""
+    """The trainer's --allreduce_bucket_mb default on the GPU hosts the planner plans:
+    the config leaves it unset and the backend's rule (backends/horovod.unset_bucket_mb,
+    tested in tests/tf/test_cpu_sharing.py) takes buckets.mib_to_bytes(None)'s size."""
+    from horovod_train.backends import buckets
     from horovod_train.config import SpeedConfig
-    return next(f.default for f in dataclasses.fields(SpeedConfig)
-                if f.name == "allreduce_bucket_mb")
+    assert next(f.default for f in dataclasses.fields(SpeedConfig)
+                if f.name == "allreduce_bucket_mb") is None
+    return buckets.mib_to_bytes(None) / 2 ** 20
 
 
 @pytest.mark.parametrize("flags, overlap", [
@@ -332,4 +336,4 @@ def test_help_says_the_default_is_the_trainers_overlap(capsys):
     assert main(["--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "as horovod_train does" not in out and "the most exposed comm" in out
-    assert "the trainer's flag and default (4): > 0 plans the allreduce overlapping" in out
+    assert "the trainer's flag and its default on GPU hosts (4): > 0 plans the allreduce overlapping" in out

@@ -38,7 +38,7 @@ def default_description() -> str:
     parts = _pure_parts()
     options = parts["options_from_config"](None, cfg.RunConfig())
     backend = types.SimpleNamespace(
-        compression=options["compression"],
+        compression=options["compression"], bucket_mb=options["bucket_mb"],
         bucket_bytes=buckets.mib_to_bytes(options["bucket_mb"]),
         knobs=parts["knob_env"](options["fusion_threshold_mb"], options["cycle_time_ms"],
                                 options["hierarchical_allreduce"], options["timeline_path"]))
