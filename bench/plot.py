@@ -17,7 +17,7 @@ import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import comm, common, input_pipeline  # noqa: E402
+from bench import comm, common, input_pipeline, scaling_report  # noqa: E402
 
 # M5: one allreduce per optimizer step, whatever the number of micro-batches.
 VERDICT_COLORS = {"met": "tab:green", "missed": "tab:red"}
@@ -149,10 +149,11 @@ def m2(ax, r, model=None):
 def m2_overlap(ax, r):
     """Gradient buckets during backprop vs one allreduce after it (ours, Gloo)."""
     name, fig = next((n, f) for n, f in r["models"].items()
-                     if "ours/gloo/bucket0" in f["efficiency"])
-    effs = [fig["efficiency"][k] for k in ("ours/gloo", "ours/gloo/bucket0")]
-    shares = [fig.get("comm_share", {}).get(k) for k in ("ours/2/gloo", "ours/2/gloo/bucket0")]
-    _pair_bars(ax, ["4 MiB buckets (default)", "0: one call after backprop"],
+                     if scaling_report.overlap_arms(f["efficiency"]))
+    arms = scaling_report.overlap_arms(fig["efficiency"])
+    effs = [fig["efficiency"][key] for _, key, _ in arms]
+    shares = [fig.get("comm_share", {}).get(run) for _, _, run in arms]
+    _pair_bars(ax, ["4 MiB buckets", "one call after backprop"],
                [100 * e["wall"] for e in effs], [100 * e["cpu"] for e in effs],
                [f"{100 * e['wall']:.0f}%" for e in effs], [OURS, OTHERS])
     comm = ", ".join("-" if s is None else f"{100 * s:.0f}%" for s in shares)
@@ -162,7 +163,7 @@ def m2_overlap(ax, r):
 
 def _m2_panels(r) -> list:
     panels = [functools.partial(m2, model=name) for name in m2_models(r)]
-    if any("ours/gloo/bucket0" in f["efficiency"] for f in r.get("models", {}).values()):
+    if any(scaling_report.overlap_arms(f["efficiency"]) for f in r.get("models", {}).values()):
         panels.append(m2_overlap)
     return panels
 

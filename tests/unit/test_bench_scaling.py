@@ -98,6 +98,24 @@ def test_report_prints_wall_and_cpu_with_ranges_verdicts_and_overlap():
     assert "buckets / one call: wall efficiency x1.054" in overlap
 
 
+def test_overlap_reads_explicit_buckets_beside_the_unset_default():
+    """Since Gloo on shared CPU cores defaults to one call, the overlap run passes
+    --allreduce_bucket_mb=4 and is compared with the default run; earlier results (an
+    explicit 0 beside bucketed defaults) still read as before (test above)."""
+    r = _figures()
+    fig = r["models"]["resnet18_cifar"]
+    for rep in fig["runs"]:
+        rep["ours/2/gloo/bucket4"] = rep.pop("ours/2/gloo/bucket0")
+    fig["efficiency"]["ours/gloo/bucket4"] = fig["efficiency"].pop("ours/gloo/bucket0")
+    assert scaling_report.overlap_arms(fig["efficiency"])[0][1] == "ours/gloo/bucket4"
+    overlap = scaling_report.report(r, {})[scaling_report.report(r, {}).index("M2 overlap"):]
+    assert "--allreduce_bucket_mb=4 " in overlap and "unset (default: one call)" in overlap
+    assert "buckets / one call: wall efficiency x0.948" in overlap  # 4.6 / 4.85, the inverse above
+    del fig["efficiency"]["ours/gloo/bucket4"]
+    assert scaling_report.overlap_arms(fig["efficiency"]) is None
+    assert "M2 overlap" not in scaling_report.report(r, {})
+
+
 def test_rate_rows_show_cpu_milliseconds_and_load():
     rows = scaling_report.rate_rows(_figures()["models"]["resnet18_cifar"]["runs"],
                                     {"ours/1": "ours, 1 rank"})
