@@ -82,9 +82,12 @@ def free_port_base(width: int = 1) -> int:
 
 # ----------------------------------------------------------------------------- holders
 
-def _socket_inodes(port: int, tables=_TCP_TABLES) -> set[str]:
-    """Inodes of the TCP sockets bound to local `port` (any address, any state)."""
-    inodes = set()
+_LISTEN = "0A"  # the state column of /proc/net/tcp for a listening socket
+
+
+def _sockets(port: int, tables=_TCP_TABLES) -> list[tuple[str, str]]:
+    """(state, inode) of the TCP sockets bound to local `port` (any address, any state)."""
+    found = []
     for table in tables:
         try:
             with open(table, encoding="ascii") as handle:
@@ -95,9 +98,20 @@ def _socket_inodes(port: int, tables=_TCP_TABLES) -> set[str]:
             fields = row.split()
             # fields: sl local_address rem_address st ... uid timeout inode
             if len(fields) > 9 and int(fields[1].rpartition(":")[2], 16) == port:
-                if fields[9] != "0":  # 0: TIME_WAIT, owned by no process
-                    inodes.add(fields[9])
-    return inodes
+                found.append((fields[3], fields[9]))
+    return found
+
+
+def _socket_inodes(port: int, tables=_TCP_TABLES) -> set[str]:
+    # Inode 0 is TIME_WAIT, owned by no process.
+    return {inode for _, inode in _sockets(port, tables) if inode != "0"}
+
+
+def is_listened_on(port: int, tables=_TCP_TABLES) -> bool:
+    """Whether a server listens on `port` on this machine (in this network namespace).
+    Such a holder stays; an outgoing connection that drew the port as its source port
+    (the only other way a free-looking port is taken) ends on its own."""
+    return any(state == _LISTEN for state, _ in _sockets(port, tables))
 
 
 def port_holder(port: int) -> str | None:

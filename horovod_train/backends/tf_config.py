@@ -165,9 +165,9 @@ def rendezvous(workers: list[str], index: int, timeout_s: float):
     MWMS blocks without a word while a peer is missing, so we meet first: listen on
     our own port, connect to every peer, and stay listening until every peer has
     connected to us (each peer keeps trying while we listen, so all finish). Then the
-    listener closes and the strategy's server takes the same port. A port in use is
-    retried, and named with its holder; a missing peer is named; both when timeout_s
-    runs out.
+    listener closes and the strategy's server takes the same port. A port another
+    server listens on is named with its holder at once (bind_listener); a missing peer
+    is named when timeout_s runs out.
     """
     host, _, port = workers[index].rpartition(":")
     deadline = time.monotonic() + timeout_s
@@ -191,9 +191,11 @@ def rendezvous(workers: list[str], index: int, timeout_s: float):
 
 
 def bind_listener(port: int, address: str, index: int, deadline: float) -> socket.socket:
-    """Our port, listening. In use, it is retried until `deadline`: an outgoing
-    connection (ours or a peer's) may hold it for a moment as its source port when the
-    port lies in the ephemeral range. Still in use then: one line naming the holder."""
+    """Our port, listening. Held by an outgoing connection (ours or a peer's may draw it
+    as its source port when the port lies in the ephemeral range), it is retried until
+    `deadline`: that holder ends on its own. Held by a listening server, or still held
+    at the deadline: one line naming the holder at once, since waiting would not help
+    (a busy port used to cost the whole --collective_timeout_s in silence, issue 46)."""
     while True:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -202,7 +204,8 @@ def bind_listener(port: int, address: str, index: int, deadline: float) -> socke
             break
         except OSError as err:
             listener.close()
-            if err.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+            if err.errno != errno.EADDRINUSE or time.monotonic() >= deadline or \
+                    ports.is_listened_on(port):
                 raise _port_in_use(port, address, index, err) from None
         time.sleep(0.25)
     listener.listen(64)
@@ -212,7 +215,9 @@ def bind_listener(port: int, address: str, index: int, deadline: float) -> socke
 
 def _port_in_use(port: int, address: str, index: int, err: OSError) -> UsageError:
     holder = ports.port_holder(port) if err.errno == errno.EADDRINUSE else None
-    held = f", held by {holder}" if holder else ""
+    listening = err.errno == errno.EADDRINUSE and ports.is_listened_on(port)
+    held = (", by a server listening there" if listening else "") + \
+        (f", held by {holder}" if holder else "")
     return UsageError(f"TF_CONFIG cluster.worker[{index}]: port {port} of {address} is in "
                       f"use ({err.strerror}{held}); expected a free port. Fix: pick another port "
                       f"(--mwms_port_base, or edit TF_CONFIG) or stop what holds it")

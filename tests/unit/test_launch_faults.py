@@ -129,27 +129,58 @@ def _held_port():
     return holder, holder.getsockname()[1]
 
 
-def test_bind_waits_out_a_transient_holder():
+def _outgoing_from(port: int):
+    """A connection whose source port is `port`: what an outgoing connection drawn from
+    the ephemeral range looks like to a worker that wants to listen there."""
+    import socket
+    server, _ = _held_port()
+    client = socket.socket()
+    client.bind(("", port))
+    client.connect(server.getsockname())
+    return server, client
+
+
+def test_bind_waits_out_a_transient_outgoing_connection():
     import threading
     import time
-    holder, port = _held_port()
-    threading.Timer(1.0, holder.close).start()
+    from launch import ports
+    port = ports.free_port_base(1)
+    server, client = _outgoing_from(port)
+
+    def close():
+        client.close()
+        server.close()
+    threading.Timer(1.0, close).start()
     listener = worker_tfc.bind_listener(port, f"localhost:{port}", 0, time.monotonic() + 20)
     assert listener.getsockname()[1] == port
     listener.close()
 
 
-def test_lasting_holder_is_named_by_pid_when_the_time_is_up():
-    import os
+def test_a_listening_holder_is_named_at_once_not_after_the_timeout():
+    """Issue 46: another server on the port will not go away by waiting; the worker says
+    so within seconds (it used to retry silently for the whole --collective_timeout_s)."""
     import time
     holder, port = _held_port()
     start = time.monotonic()
     with holder, pytest.raises(UsageError) as err:
-        worker_tfc.bind_listener(port, f"localhost:{port}", 1, time.monotonic() + 1.5)
+        worker_tfc.bind_listener(port, f"localhost:{port}", 1, time.monotonic() + 300)
     message = str(err.value)
-    assert 1.4 < time.monotonic() - start < 10
+    assert time.monotonic() - start < 3
     assert f"cluster.worker[1]: port {port} of localhost:{port} is in use" in message
     assert f"held by pid {os.getpid()}" in message and "\n" not in message
+    assert "listening" in message and "Fix: " in message
+
+
+def test_a_lasting_outgoing_connection_is_named_when_the_time_is_up():
+    import time
+    from launch import ports
+    port = ports.free_port_base(1)
+    server, client = _outgoing_from(port)
+    start = time.monotonic()
+    with server, client, pytest.raises(UsageError) as err:
+        worker_tfc.bind_listener(port, f"localhost:{port}", 1, time.monotonic() + 1.5)
+    assert 1.4 < time.monotonic() - start < 10
+    assert f"held by pid {os.getpid()}" in str(err.value)
 
 
 # --------------------------------------------------------------- item 6: the tree dies
