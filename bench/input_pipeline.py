@@ -4,9 +4,11 @@
     python bench/input_pipeline.py --ab 3   # digits TFRecord: streamed vs cached, alternating
     python bench/input_pipeline.py --ab 5 --ab_what fetch   # the step's fetch op, before/after
 
-The training loop reads every epoch through ONE iterator over the epochs' datasets,
-concatenated (horovod_train.data.pipeline.epoch_batches); this script builds its
-batches with that very function, so set-up costs are paid as training pays them. Per case:
+The training loop reads its epochs through pipeline.epoch_batches (in-memory sets from
+one lazily built iterator, record sets a bounded group of epochs per iterator, the next
+built ahead); this script builds its batches with that very function and walks its
+epochs as the loop does (LoopReader), so set-up costs are paid as training pays them.
+Per case:
   pipeline ex/s   examples/s of that iterator alone (nothing consumes them);
   consumer ex/s   examples/s the train step consumes from batches already in memory;
   headroom        pipeline / consumer (target >= 5x, issue 23; was 3x);
@@ -50,14 +52,47 @@ class _OneRank:
         return ds.with_options(self.options) if self.options is not None else ds
 
 
+class LoopReader:
+    """An EpochStream read as the training loop reads it: each batch from the current
+    iterator, advance() after each epoch's last batch. next() fetches eagerly;
+    fetch_from() is the iterator a compiled step fetches the next batch from."""
+
+    def __init__(self, stream, per_epoch: int):
+        self.stream, self.per_epoch, self.taken = stream, per_epoch, 0
+
+    def fetch_from(self):
+        iterator = self.stream.current
+        self.taken += 1
+        if self.taken % self.per_epoch == 0:
+            self.stream.advance()  # after this batch, as Trainer._train_one does
+        return iterator
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.fetch_from())
+
+
+class Repeated:
+    """fetch_from() for a plain iterator (the floor's batch in memory, repeated)."""
+
+    def __init__(self, iterator):
+        self.iterator = iterator
+
+    def fetch_from(self):
+        return self.iterator
+
+
 def loop_batches(source, batch_size: int, threads: int, batches: int, options=None):
-    """The training loop's iterator over enough epochs of `source` for `batches` batches
-    (epoch boundaries included), built by the function the loop uses."""
+    """The training loop's batches of enough epochs of `source` for `batches` batches
+    (epoch boundaries included), built by the function the loop uses, as a LoopReader."""
     from horovod_train.data import pipeline, sharding
     per_epoch = sharding.steps_per_epoch(source.num_train_examples, batch_size, 1)
-    return pipeline.epoch_batches(source, _OneRank(options), batch_size=batch_size, seed=0,
-                                  threads=threads, per_epoch=per_epoch,
-                                  epochs=1 + (batches + WARMUP_BATCHES) // per_epoch)
+    stream = pipeline.epoch_batches(source, _OneRank(options), batch_size=batch_size, seed=0,
+                                    threads=threads, per_epoch=per_epoch,
+                                    epochs=1 + (batches + WARMUP_BATCHES) // per_epoch)
+    return LoopReader(stream, per_epoch)
 
 
 def pipeline_rate(make_iter, batch_size: int, batches: int) -> float:
@@ -81,8 +116,8 @@ def consumer_rate(step, batches_in_memory, batch_size: int, steps: int) -> float
 
 def fed_steps(fed, make_iter, steps: int) -> tuple:
     """(share of wall time spent waiting for batches, seconds per step, CPU seconds per
-    step of this process) while the loop's iterator feeds a consumer; fed(iterator) runs one step and returns the seconds it
-    waited."""
+    step of this process) while the loop's batches feed a consumer; fed(reader) runs one
+    step and returns the seconds it waited."""
     it = make_iter()
     for _ in range(WARMUP_BATCHES):
         fed(it)
@@ -102,7 +137,7 @@ def floor_wait(fed, batch, steps: int) -> float:
     """fed_wait_share of one batch repeated: what the fetch itself costs here and now."""
     import tensorflow as tf
     ds = tf.data.Dataset.from_tensors(batch).repeat()
-    return fed_wait_share(fed, lambda: iter(ds), steps)
+    return fed_wait_share(fed, lambda: Repeated(iter(ds)), steps)
 
 
 def _load() -> str:
@@ -110,7 +145,8 @@ def _load() -> str:
 
 
 def _train_step(model_name: str, input_shape, num_classes: int):
-    """(step(x, y) on a batch in memory, fed(iterator) as the loop runs it)."""
+    """(step(x, y) on a batch in memory, fed(reader) as the loop runs it: one step on
+    the batch fetched from reader.fetch_from(), returning the seconds it waited)."""
     import keras
     import tensorflow as tf
     import models
@@ -124,22 +160,22 @@ def _train_step(model_name: str, input_shape, num_classes: int):
     train = TrainStep(model, optimizer, backend)
     no_fault = (tf.constant(False), tf.constant(0.0))  # no poison, no stop vote
 
-    def fed(iterator):
-        (loss, _, _), waited = backend.run_step_fed(train.fused, iterator, *no_fault)
+    def fed(reader):
+        (loss, _, _), waited = backend.run_step_fed(train.fused, reader.fetch_from(), *no_fault)
         float(loss)  # the step is done
         return float(waited)
     return (lambda x, y: float(train.fused(x, y, *no_fault)[0])), fed
 
 
 def _accelerator(seconds_per_batch: float):
-    """fed(iterator) for a simulated accelerator: the batch is fetched in a compiled
+    """fed(reader) for a simulated accelerator: the batch is fetched in a compiled
     call (as the loop fetches it), then the step is a sleep that leaves the CPUs free."""
     import tensorflow as tf
     from horovod_train import feed
     fetch = tf.function(feed.fetch_timed)
 
-    def fed(iterator):
-        _, waited = fetch(iterator)
+    def fed(reader):
+        _, waited = fetch(reader.fetch_from())
         waited = float(waited)
         time.sleep(seconds_per_batch)
         return waited

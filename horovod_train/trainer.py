@@ -147,19 +147,21 @@ class Trainer:
                              "nothing to train (the earlier summary is kept)",
                              self.global_step, self.total)
             return self._evaluate("final")
-        batch_iter = self._epoch_batches(in_epoch)
-        self.meter = metrics.IntervalMeter()  # the clock starts with the first step
-        while self.global_step < self.total:
-            epoch_done = self._train_one(batch_iter, keeper)
-            every = self.config.train.eval_every_epochs
-            if epoch_done and self.global_step < self.total and every and \
-                    self.position.epoch % every == 0:
-                self._evaluate(f"epoch {self.position.epoch}")
+        with self._epoch_batches(in_epoch) as stream:
+            self.meter = metrics.IntervalMeter()  # the clock starts with the first step
+            while self.global_step < self.total:
+                epoch_done = self._train_one(stream.current, keeper)
+                if epoch_done:
+                    stream.advance()
+                every = self.config.train.eval_every_epochs
+                if epoch_done and self.global_step < self.total and every and \
+                        self.position.epoch % every == 0:
+                    self._evaluate(f"epoch {self.position.epoch}")
         return self._evaluate("final")
 
     def _train_one(self, batch_iter, keeper) -> bool:
-        """One step, its log interval, the keeper's turn and the stop vote; returns
-        whether the step ended an epoch."""
+        """One step on `batch_iter` (the current epoch's batches), its log interval, the
+        keeper's turn and the stop vote; returns whether the step ended an epoch."""
         self._one_step(batch_iter)
         epoch_done = self._advance()
         if self.global_step % self.config.train.log_every == 0 or \
@@ -204,7 +206,8 @@ class Trainer:
         return done
 
     def _epoch_batches(self, in_epoch: int):
-        """This rank's batches from the position to the last step (no further epochs)."""
+        """This rank's batches from the position to the last step (no further epochs),
+        as a pipeline.EpochStream."""
         cfg, epoch = self.config, self.position.epoch
         epochs = min(cfg.train.epochs,
                      epoch + -(-(in_epoch + self.total - self.global_step) // self.per_epoch))

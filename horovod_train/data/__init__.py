@@ -5,7 +5,11 @@ Like the model registry, names map to "module:function" so that validating
 a *source*: an object with exactly the members the training loop uses -
 num_train_examples (identical on every rank), input_shape, num_classes,
 train_dataset(shard, batch_size, seed, epoch, threads=0) and
-eval_dataset(shard, batch_size). See docs/data.md for the sharding rules.
+eval_dataset(shard, batch_size). A source that can build many epochs lazily, as one
+dataset whose memory does not grow with their count, also offers
+train_epochs(shard, batch_size, seed, first, stop, threads=0); the loop then reads
+the whole run from one iterator (pipeline.epoch_batches). See docs/data.md for the
+sharding rules.
 """
 import importlib
 

@@ -14,10 +14,13 @@ seed fixes the order.
 """
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from horovod_train.data import sharding
 from horovod_train.data.decode import standardize
+from horovod_train.data import stream as stream_lib
+from horovod_train.data.stream import EpochStream
 
 AUTO_SHUFFLE_BUFFER = 4096  # examples per worker when --shuffle_buffer=0
 # Batches buffered across an epoch seam (see across_epochs): at most this many, and
@@ -45,16 +48,49 @@ def dataset_options(threads: int = 0) -> tf.data.Options:
 def train_dataset(data, shard: sharding.ShardInfo, batch_size: int, seed: int, epoch: int,
                   threads: int = 0) -> tf.data.Dataset:
     """One epoch of this rank's batches of in-memory `data`, in the globally agreed order."""
-    idx = sharding.train_indices(len(data.x_train), shard, batch_size, seed, epoch)
-    # Sliced as whole batches: one element per step instead of batch_size elements.
-    x = data.x_train[idx].reshape(-1, batch_size, *data.x_train.shape[1:])
-    y = data.y_train[idx].reshape(-1, batch_size, *data.y_train.shape[1:])
-    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    return train_epochs(data, shard, batch_size, seed, epoch, epoch + 1, threads)
+
+
+def train_epochs(data, shard: sharding.ShardInfo, batch_size: int, seed: int, first: int,
+                 stop: int, threads: int = 0) -> tf.data.Dataset:
+    """Epochs [first, stop) of this rank's batches of in-memory `data` as one dataset.
+
+    Lazy: the arrays are one constant, and an epoch's order (sharding.train_indices) is
+    drawn, and its examples gathered, only when the pipeline reaches that epoch, so
+    memory and set-up are the same for 1 epoch or 1,000 (issue 46), and no epoch has a
+    seam of its own. Gathering a whole epoch at once keeps the per-batch cost of slicing
+    a prepared array (a gather per batch cost ~10% more CPU on digits)."""
+    x, y = tf.constant(data.x_train), tf.constant(data.y_train)
+    return indexed_epochs(
+        lambda epoch: sharding.train_indices(len(data.x_train), shard, batch_size, seed, epoch),
+        lambda ids: (tf.gather(x, ids), tf.gather(y, ids)),
+        sharding.steps_per_epoch(len(data.x_train), batch_size, shard.count),
+        batch_size, first, stop, threads, whole_epoch=True)
+
+
+def indexed_epochs(indices, examples, steps: int, batch_size: int, first: int, stop: int,
+                   threads: int = 0, whole_epoch: bool = False) -> tf.data.Dataset:
+    """Epochs [first, stop) of batches examples(ids), where epoch e's ids are
+    indices(e) (numpy, steps * batch_size of them, in step order), drawn when the
+    pipeline reaches epoch e. `examples` takes ids of any leading shape: the epoch's
+    [steps, batch_size] at once when `whole_epoch` (one copy of an epoch in memory),
+    else each batch's."""
+    def epoch_ids(epoch):
+        return np.asarray(indices(int(epoch)), np.int64).reshape(steps, batch_size)
+
+    def one_epoch(epoch):
+        ids = tf.numpy_function(epoch_ids, [epoch], tf.int64, stateful=False)
+        ids.set_shape([steps, batch_size])
+        return tf.data.Dataset.from_tensor_slices(examples(ids) if whole_epoch else ids)
+
+    ds = tf.data.Dataset.range(first, stop).flat_map(one_epoch)
+    if not whole_epoch:
+        ds = ds.map(examples, num_parallel_calls=_autotune(threads))
     return ds.with_options(dataset_options(threads)).prefetch(_autotune(threads))
 
 
 def across_epochs(epochs: list) -> tf.data.Dataset:
-    """Per-epoch datasets, in order, as one dataset.
+    """Per-epoch datasets, in order, as one dataset (one group of stream.py's).
 
     An epoch's pipeline starts only when the previous one is drained: opening files
     and filling its shuffle buffer (~25 ms for digits as TFRecords on this machine)
@@ -71,26 +107,45 @@ def across_epochs(epochs: list) -> tf.data.Dataset:
 
 
 def epoch_batches(data, backend, *, batch_size: int, seed: int, threads: int, per_epoch: int,
-                  epochs: int, start_step: int = 0):
-    """One iterator over this rank's batches of epochs [start_step // per_epoch, epochs),
-    starting `start_step` batches into the run: what the training loop trains on.
+                  epochs: int, start_step: int = 0) -> EpochStream:
+    """This rank's batches of epochs [start_step // per_epoch, epochs), starting
+    `start_step` batches into the run: what the training loop trains on.
 
     `data` is a source (its train_dataset(shard, batch_size, seed, epoch, threads)),
-    `backend` places the dataset (its distribute_dataset(dataset_fn)). A new iterator
-    per epoch costs tf.data's set-up (graph rewrites) each time, up to seconds when
-    ranks share cores, and every other rank waits for the slowest at the first
-    allreduce; one iterator pays it once. The order is a pure function of (seed,
-    epoch): resuming at step s starts epoch s // per_epoch and skips the batches of it
-    already trained on."""
+    `backend` places the dataset (its distribute_dataset(dataset_fn)). A source with
+    train_epochs (in-memory sets) is read from one lazily built iterator; the others
+    one bounded group of epochs per iterator (stream.py says why). The order is a pure
+    function of (seed, epoch): resuming at step s starts epoch s // per_epoch and
+    skips the batches of it already trained on."""
     first_epoch, offset = divmod(start_step, per_epoch)
+    lazy = getattr(data, "train_epochs", None)
 
-    def all_epochs(shard):
+    def joined(shard, start, stop):
         each = [data.train_dataset(shard, batch_size, seed, epoch, threads).take(per_epoch)
-                for epoch in range(first_epoch, epochs)]
-        each[0] = each[0].skip(offset)
+                for epoch in range(start, stop)]
         return across_epochs(each)
 
-    return iter(backend.distribute_dataset(all_epochs))
+    def some_epochs(start: int, stop: int):
+        def dataset_fn(shard):
+            ds = lazy(shard, batch_size, seed, start, stop, threads) if lazy else \
+                joined(shard, start, stop)
+            if start == first_epoch:
+                ds = ds.skip(offset)  # inside the first epoch: offset < per_epoch
+            return ds.with_options(_warm_start())
+        return iter(backend.distribute_dataset(dataset_fn))
+
+    def group(iterator) -> int:
+        return stream_lib.group_size(per_epoch, element_bytes(iterator.element_spec))
+
+    first_group = epochs - first_epoch if lazy else 1
+    return EpochStream(some_epochs, first_epoch, epochs, group, first_group)
+
+
+def _warm_start() -> tf.data.Options:
+    # A group built ahead starts filling its buffers at once (stream.py).
+    options = tf.data.Options()
+    options.experimental_warm_start = True
+    return options
 
 
 def element_bytes(element_spec) -> int:

@@ -13,7 +13,9 @@ DIGITS_SPLIT_SEED = 0
 class ArrayData:
     """An in-memory source. Every source offers the same five members, which are all
     the training loop uses: num_train_examples, input_shape, num_classes,
-    train_dataset(shard, batch_size, seed, epoch, threads), eval_dataset(shard, batch_size)."""
+    train_dataset(shard, batch_size, seed, epoch, threads), eval_dataset(shard, batch_size).
+    In-memory sources offer a sixth, train_epochs(shard, batch_size, seed, first, stop,
+    threads): many epochs as one lazily built dataset (pipeline.train_epochs)."""
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
@@ -31,6 +33,10 @@ class ArrayData:
     def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
         from horovod_train.data import pipeline
         return pipeline.train_dataset(self, shard, batch_size, seed, epoch, threads)
+
+    def train_epochs(self, shard, batch_size, seed, first, stop, threads=0):
+        from horovod_train.data import pipeline
+        return pipeline.train_epochs(self, shard, batch_size, seed, first, stop, threads)
 
     def eval_dataset(self, shard, batch_size):
         from horovod_train.data import pipeline
@@ -79,12 +85,15 @@ class PooledData:
                           tf.gather(labels, i + global_ids))
 
     def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
-        import tensorflow as tf
+        return self.train_epochs(shard, batch_size, seed, epoch, epoch + 1, threads)
+
+    def train_epochs(self, shard, batch_size, seed, first, stop, threads=0):
         from horovod_train.data import pipeline, sharding
-        idx = sharding.train_indices(self.num_train_examples, shard, batch_size, seed, epoch)
-        ds = tf.data.Dataset.from_tensor_slices(idx).batch(batch_size, drop_remainder=True)
-        ds = ds.map(self._examples(self.num_test), num_parallel_calls=tf.data.AUTOTUNE)
-        return ds.with_options(pipeline.dataset_options(threads)).prefetch(tf.data.AUTOTUNE)
+        n = self.num_train_examples
+        return pipeline.indexed_epochs(
+            lambda epoch: sharding.train_indices(n, shard, batch_size, seed, epoch),
+            self._examples(self.num_test), sharding.steps_per_epoch(n, batch_size, shard.count),
+            batch_size, first, stop, threads)
 
     def eval_dataset(self, shard, batch_size):
         import tensorflow as tf
