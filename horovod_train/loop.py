@@ -125,8 +125,11 @@ def _train(config, trainer, state) -> tuple[float, dict]:
 
 def _summary(config, backend, trainer, accuracy, wall_start):
     tally = trainer.throughput  # metrics.Throughput: THE samples/s
-    rows = metrics.gather_rows(backend, [tally.rate() or 0.0, tally.cpu_s, tally.samples])
+    rows = metrics.gather_rows(backend, [tally.rate() or 0.0, tally.cpu_s, tally.samples,
+                                         metrics.peak_rss_mb(), trainer.first_step_after_s or 0.0])
     per_rank = [float(r[0]) for r in rows]
+    # A rank that trained no step (a finished run relaunched) reports 0: None instead.
+    first_step = [float(r[4]) if r[4] else None for r in rows]
     cpu_s, samples = float(rows[:, 1].sum()), float(rows[:, 2].sum())
     digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
     return {
@@ -157,6 +160,10 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         # the cost that other processes' load on a shared host does not move.
         "cpu_seconds_per_sample": cpu_s / samples if samples else None,
         "weight_digests": digests,
+        # Start-up cost per rank: seconds from the process's start to its first step's
+        # end (imports, joining, the input pipeline, tracing), and peak memory.
+        "first_step_after_s_per_rank": first_step,
+        "peak_rss_mb_per_rank": [round(float(r[3]), 1) for r in rows],
         "divergence_checks": trainer.divergence_checks,  # cross-rank comparisons that passed
         "wall_seconds": time.perf_counter() - wall_start,
         "config": config.to_dict(),

@@ -4,6 +4,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import resource
 import tempfile
 import time
 
@@ -18,6 +19,18 @@ def process_cpu_s() -> float:
     TF's compute, tf.data's readers, Horovod's background thread)."""
     t = os.times()
     return t.user + t.system
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (the kernel's high-water mark)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux counts KiB
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (the kernel's start time, so the interpreter's
+    and TensorFlow's start-up count too)."""
+    import psutil
+    return time.time() - psutil.Process().create_time()
 
 
 @dataclasses.dataclass

@@ -120,6 +120,7 @@ class Trainer:
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
+        self.first_step_after_s = None  # from this process's start to its first step's end
 
     # -- the loop -------------------------------------------------------------------
 
@@ -275,6 +276,7 @@ class Trainer:
             # This process's first step: collectives counted (timed out, below).
             cpu = metrics.process_cpu_s()
             self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
+            self.first_step_after_s = metrics.process_age_s()
             # Inspecting the graph is set-up, not training: off the interval's clocks.
             self.meter.exclude(t2, cpu)
         self.global_step += 1

@@ -70,6 +70,11 @@ def assert_ranks_identical(summary, run_dir, world_size):
     assert digests[0] == digest_of(load_weights(run_dir))
     assert len(summary["samples_per_sec_per_rank"]) == world_size
     assert all(rate > 0 for rate in summary["samples_per_sec_per_rank"])
+    # Every rank's start-up cost (issue 46): seconds to its first step, and peak memory
+    # (a process that ran TensorFlow holds well over 100 MiB).
+    assert len(summary["first_step_after_s_per_rank"]) == world_size
+    assert all(0 < s < 900 for s in summary["first_step_after_s_per_rank"])
+    assert all(rss > 100 for rss in summary["peak_rss_mb_per_rank"])
 
 
 def assert_loss_fell(summary, factor=0.5):
