@@ -1,3 +1,73 @@
 """pytest's hook file for tests/. It holds no helpers: those are in helpers.py, a plain
 module; pytest puts this directory on sys.path because this file is here, which is what
-lets every tier `from helpers import ...`."""
+lets every tier `from helpers import ...`.
+
+It holds the one rule for tiers: a test's directory sets its markers (TIERS), so no file
+carries a mark of its own and none can be forgotten. `make test-fast` runs -m "not slow";
+`make test` runs everything (docs/testing.md)."""
+import pathlib
+
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+# Directory under tests/ -> the markers of every test in it.
+TIERS = {
+    "unit": (),  # no TensorFlow, no processes
+    "tf": ("tf",),  # TensorFlow in this process
+    "multiprocess": ("slow",),  # real ranks: horovodrun, mpirun, MWMS workers, Slurm
+    "e2e": ("slow", "e2e"),  # the command lines, run as a user runs them
+}
+
+
+def tier_markers(path: pathlib.Path) -> tuple:
+    """The markers of a test file, from its directory under tests/. A file elsewhere is
+    an error: it would silently belong to no tier."""
+    try:
+        directory = path.resolve().relative_to(HERE.resolve()).parts[0]
+    except ValueError:
+        directory = None
+    if directory not in TIERS:
+        raise pytest.UsageError(
+            f"{path}: a test outside the tier directories; expected it under tests/ in one "
+            f"of {', '.join(TIERS)}. Fix: move it there (tests/conftest.py TIERS)")
+    return TIERS[directory]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in tier_markers(pathlib.Path(item.fspath)):
+            item.add_marker(getattr(pytest.mark, name))
+
+
+class TierClock:
+    """Seconds and tests per tier (setup + call + teardown, so a scenario's shared launch
+    counts where it ran), printed at the end, so every `make test` shows where its wall
+    time went. The suite runs one test at a time, so they add up to the run's wall time.
+    A plugin registered per session (pytest_configure), not module state."""
+
+    def __init__(self):
+        self.seconds, self.tests = {}, {}
+
+    def pytest_runtest_logreport(self, report):
+        tier = tier_name(report.fspath)
+        self.seconds[tier] = self.seconds.get(tier, 0.0) + report.duration
+        if report.when == "call" or (report.when == "setup" and report.skipped):
+            self.tests[tier] = self.tests.get(tier, 0) + 1
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.seconds:
+            terminalreporter.write_line(self.line())
+
+    def line(self) -> str:
+        parts = [f"{tier} {self.tests.get(tier, 0)} tests {self.seconds[tier]:.0f} s"
+                 for tier in TIERS if tier in self.seconds]
+        return "tiers | " + " | ".join(parts) + f" | all {sum(self.seconds.values()):.0f} s"
+
+
+def tier_name(fspath) -> str:
+    parts = pathlib.PurePath(str(fspath)).parts
+    return parts[parts.index("tests") + 1] if "tests" in parts else "?"
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(TierClock(), "tier_clock")

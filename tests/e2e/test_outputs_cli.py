@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import child_env, run_cli
+from helpers import run_cli
 
 TRAIN = [sys.executable, "-m", "horovod_train", "--max_steps=5", "--epochs=1",
          "--intra_op_threads=1"]

@@ -16,7 +16,6 @@ import pytest
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.slow
 
 SOURCES = ("horovod_train", "models", "launch", "setup.cfg", "setup.py", "README.md",
            "LICENSE", "MANIFEST.in")

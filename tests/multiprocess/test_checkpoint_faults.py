@@ -3,12 +3,12 @@ checkpoints, a second job on the same directory is refused while the first finis
 intact, and a resume at another world size is refused by every rank."""
 import os
 import signal
-import subprocess
+import time
 
 import pytest
 
 from helpers import run_cli
-from ranks import TRAIN, horovodrun, start_job, wait_for_path
+from ranks import TRAIN, horovodrun, start_job
 
 SMALL = ["--backend=local", "--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10",
          "--checkpoint_every=10"]
@@ -16,6 +16,20 @@ SMALL = ["--backend=local", "--intra_op_threads=1", "--eval_every_epochs=0", "--
 
 def _error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if "horovod_train: error:" in line]
+
+
+def _wait_for_flock(proc, timeout: float = 300):
+    """Until `proc` holds a flock (the checkpoint directory's writer lock; /proc/locks
+    lists each holder's pid); fails early if it ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open("/proc/locks") as locks:
+            if any(line.split()[1:2] == ["FLOCK"] and line.split()[4:5] == [str(proc.pid)]
+                   for line in locks):
+                return
+        assert proc.poll() is None, f"job ended ({proc.returncode}) before taking its lock"
+        assert time.monotonic() < deadline, f"no lock taken within {timeout} s"
+        time.sleep(0.02)
 
 
 def _ckpts(directory) -> list[str]:
@@ -40,14 +54,14 @@ def test_prune_keeps_the_readable_checkpoints_next_to_garbage(tmp_path):
     assert len(warned) == 1 and "ckpt-000000900" in warned[0] and "ckpt-000000800" in warned[0]
 
 
-@pytest.mark.slow
 def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path):
     ck = tmp_path / "CK"
     args = SMALL + ["--keep_checkpoints=2", f"--checkpoint_dir={ck}"]
     first = start_job(TRAIN + args + ["--max_steps=100"], "ckpt-writer-1", SLURM_JOB_ID="4242")
     try:
-        wait_for_path(ck / "ckpt-000000010", proc=first)
-        # Paused, the first job surely still holds the directory while the second starts.
+        # Paused while it holds the directory's lock (a checkpoint it wrote may already be
+        # pruned: 100 steps take 2 s on a fast host), so the second job surely meets it.
+        _wait_for_flock(first)
         os.killpg(first.pid, signal.SIGSTOP)
         before = sorted(os.listdir(ck))
         second = run_cli(TRAIN + args + ["--max_steps=30"], timeout=300)
@@ -69,7 +83,6 @@ def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path
     assert all(sorted(os.listdir(ck / n)) == ["meta.json", "state.npz"] for n in _ckpts(ck))
 
 
-@pytest.mark.slow
 def test_resume_at_another_world_size_is_refused_by_every_rank(tmp_path):
     pytest.importorskip("horovod.tensorflow")
     ck = tmp_path / "CK"

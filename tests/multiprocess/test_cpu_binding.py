@@ -11,7 +11,6 @@ import pytest
 from helpers import ROOT, child_env, run_cli
 from ranks import BIN
 
-pytestmark = pytest.mark.slow
 WORKER = os.path.join(ROOT, "tests", "multiprocess", "cpu_bind_worker.py")
 HOST = sorted(os.sched_getaffinity(0))
 

@@ -17,7 +17,6 @@ import pytest
 
 from ranks import BIN, TRAIN, assert_ranks_identical, rank_pid, start_job
 
-pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.tensorflow")
 ALL_HOSTS = "localhost:2\n127.0.0.1:1\n"
 COMMIT_EVERY = 5

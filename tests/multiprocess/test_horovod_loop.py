@@ -16,7 +16,6 @@ import pytest
 from helpers import ROOT, child_env, run_cli
 from ranks import BIN
 
-pytestmark = pytest.mark.slow
 WORKER = os.path.join(ROOT, "tests", "multiprocess", "hvd_loop_worker.py")
 
 

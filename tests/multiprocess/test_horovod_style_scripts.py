@@ -16,7 +16,6 @@ import pytest
 
 from helpers import run_cli
 
-pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIGITS = os.path.join(HERE, "horovod_style", "keras_mnist_digits.py")

@@ -11,7 +11,6 @@ import pytest
 
 from ranks import assert_ranks_identical, horovodrun, run_ranks
 
-pytestmark = pytest.mark.slow
 
 SEQ_LEN = 64  # pycorpus.DEFAULT_SEQ_LEN: the run finds (or builds) the cached corpus itself
 MAX_STEPS = 200

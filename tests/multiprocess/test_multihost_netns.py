@@ -21,7 +21,6 @@ import pytest
 from helpers import ROOT, child_env, run_cli
 from ranks import BIN, TRAIN, assert_ranks_identical, load_weights, run_ranks
 
-pytestmark = pytest.mark.slow
 
 NETNS_DIR = os.path.join(ROOT, "tests", "netns")
 AGENT = os.path.join(NETNS_DIR, "agent")

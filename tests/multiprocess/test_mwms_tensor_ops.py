@@ -15,7 +15,6 @@ from helpers import ROOT, child_env
 from mwms_ops_worker import CASES, LOOP_CALLS, inputs
 from ranks import free_ports, tf_config
 
-pytestmark = pytest.mark.slow
 
 WORKER = f"{ROOT}/tests/multiprocess/mwms_ops_worker.py"
 

@@ -12,7 +12,6 @@ import pytest
 from helpers import child_env, run_cli
 from ranks import horovodrun
 
-pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.tensorflow")
 
 

@@ -8,7 +8,6 @@ from horovod_train import checkpoint, precision
 from horovod_train import config as cfg
 from horovod_train.errors import UsageError
 
-pytestmark = pytest.mark.tf
 CONFIG = cfg.RunConfig()
 
 

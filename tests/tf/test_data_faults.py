@@ -18,7 +18,6 @@ import pytest
 
 from helpers import child_env, run_cli
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 lmdb = pytest.importorskip("lmdb")

@@ -11,7 +11,6 @@ import shutil
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 

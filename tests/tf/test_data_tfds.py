@@ -6,7 +6,6 @@ TFRecord and LMDB sources yield the same examples.
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 tfds = pytest.importorskip("tensorflow_datasets")

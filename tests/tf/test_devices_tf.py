@@ -7,12 +7,10 @@ process: TF's device setup can happen only once per process."""
 import json
 import sys
 
-import pytest
 
-from helpers import ROOT, child_env, run_cli
+from helpers import child_env, run_cli
 from ranks import TRAIN, free_ports, tf_config
 
-pytestmark = pytest.mark.tf
 
 PIN = """
 import json

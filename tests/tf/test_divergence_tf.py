@@ -4,7 +4,6 @@ trainer checks."""
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

@@ -3,7 +3,6 @@ the restart loop as a TensorFlow error (the drop-in's in-step check raises it fr
 py_function). It must end the job, not be taken for a broken ring and rolled back."""
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("horovod.tensorflow")

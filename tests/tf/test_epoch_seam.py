@@ -1,12 +1,10 @@
 """Epochs joined into one stream (pipeline.across_epochs): order kept, the seam's
 buffer bounded in batches and bytes, and record pipelines keep a static batch size."""
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from horovod_train.data import pipeline
 
-pytestmark = pytest.mark.tf
 
 
 def _epoch(start, count=3):

@@ -2,12 +2,10 @@
 a time, so the set-up before the first step and the memory held do not grow with
 --epochs (issue 46); epochs in order, resumed mid-epoch, record pipelines with a static
 batch size."""
-import itertools
 import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -15,7 +13,6 @@ from helpers import ROOT, child_env
 from horovod_train.data import pipeline, sharding
 from horovod_train.data import stream as stream_lib
 
-pytestmark = pytest.mark.tf
 
 
 class _Epochs:

@@ -9,7 +9,6 @@ import tensorflow as tf
 from horovod_train import feed
 from horovod_train.backends.local import LocalBackend
 
-pytestmark = pytest.mark.tf
 
 
 def _batches(count=6, delay_s=0.0):

@@ -6,7 +6,6 @@ import pytest
 
 from unit.test_hostile_disk import tiny_tmpfs
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 

@@ -6,7 +6,6 @@ import types
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

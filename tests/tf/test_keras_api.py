@@ -11,7 +11,6 @@ import types
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

@@ -1,7 +1,6 @@
 """htk.state: one active strategy per process, explicit and resettable (local backend)."""
 import pytest
 
-pytestmark = pytest.mark.tf
 
 pytest.importorskip("tensorflow")
 import keras  # noqa: E402

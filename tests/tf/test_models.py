@@ -4,7 +4,6 @@ import pytest
 
 import models
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

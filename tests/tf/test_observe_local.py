@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 

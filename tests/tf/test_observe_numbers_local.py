@@ -7,7 +7,6 @@ import json
 import pytest
 from absl import logging as absl_logging
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 

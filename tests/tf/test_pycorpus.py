@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 

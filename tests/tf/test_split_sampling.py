@@ -1,9 +1,7 @@
 """Which steps run as the timed split step: early intervals, then about every 100 steps."""
-import pytest
 
 from horovod_train.metrics import sample_split
 
-pytestmark = pytest.mark.tf
 
 
 def _sampled(log_every, steps=1000):

@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

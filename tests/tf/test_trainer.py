@@ -1,10 +1,8 @@
 """The one loop (trainer.Trainer) under its two kinds of state keeper, in one process:
 the checkpoint keeper, and a keeper that re-forms a "ring" at another world size
 mid-epoch, as an elastic run does, without Horovod."""
-import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf
 
 tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402

@@ -2,7 +2,6 @@
 (as a stream and as a window over fd 2, a crash inside it included), our line format,
 the config's changed options and the figures' digits. No TF."""
 import logging
-import os
 import subprocess
 import sys
 import textwrap
