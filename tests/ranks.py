@@ -3,6 +3,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 
@@ -48,6 +49,20 @@ def run_ranks(argv, run_dir, timeout=600, **env) -> dict:
         summary = json.load(f)
     summary["_stderr"] = proc.stderr
     return summary
+
+
+def run_workers(args, run_dir, n=2, timeout=600):
+    """Starts n workers by hand (TF_CONFIG each), waits for all; returns the chief's summary."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ports = free_ports(n)
+    out = [f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
+    procs = [subprocess.Popen(TRAIN + args + out, env=child_env(TF_CONFIG=tf_config(ports, i)),
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(n)]
+    results = [p.communicate(timeout=timeout) for p in procs]
+    for p, (_, err) in zip(procs, results):
+        assert p.returncode == 0, err[-5000:]
+    return json.loads((run_dir / "summary.json").read_text()), results
 
 
 def load_weights(run_dir) -> list[np.ndarray]:

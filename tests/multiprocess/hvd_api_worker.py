@@ -2,12 +2,14 @@
 Horovod script calls it (`import horovod_train.keras as hvd`), every answer written
 to <out_dir>/rank<N>.json for the test to check against exact expected values.
 
-argv: out_dir mode, where mode is
+argv: out_dir modes, where modes is a comma-separated list of, run in order in one job:
   api      - the process facts and every tensor collective, eagerly and in a tf.function;
              KerasState sync/restore/commit; load_model of the chief's checkpoint
   perturb  - model.fit with the broadcast callback; rank 1 alters a kernel after
              epoch 1: the train-end check must stop every rank (RanksDiverged)
   instep   - the same without callbacks; the optimizer's own check every 4 updates
+(perturb and instep write "fit_perturb" and "fit_instep"; every rank stops at the same
+check, so the ranks are still in step for the next mode.)
 """
 import hashlib
 import json
@@ -20,7 +22,7 @@ import tensorflow as tf
 import horovod_train.keras as hvd
 import keras
 
-OUT, MODE = sys.argv[1], sys.argv[2]
+OUT, MODES = sys.argv[1], sys.argv[2]
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 result = {"rank": R, "size": N, "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
@@ -139,7 +141,7 @@ def fit_with_perturbation(callbacks_on):
     return {"stopped": False, "updates": int(opt.iterations.numpy())}
 
 
-if MODE == "api":
+def api():
     result["collectives"] = collectives()
     result["elastic"] = elastic_state()
     result["load_model"] = load_model()
@@ -149,6 +151,11 @@ if MODE == "api":
         result["timeline"] = "ok"
     except ValueError as err:
         result["timeline"] = str(err)
-else:
-    result["fit"] = fit_with_perturbation(MODE == "perturb")
+
+
+for mode in MODES.split(","):
+    if mode == "api":
+        api()
+    else:
+        result[f"fit_{mode}"] = fit_with_perturbation(mode == "perturb")
 save()

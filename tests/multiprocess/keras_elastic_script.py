@@ -19,8 +19,9 @@ A fault on request, for the test: with HT_KILL_HOST=<HOROVOD_HOSTNAME> and
 HT_KILL_AT=<epoch>:<batch>, the rank on that host leaves at once (os._exit(1), no
 clean-up) after that batch of that epoch (counted as state.epoch counts) - once:
 it first creates HT_KILL_MARKER, and a worker that finds the file does not die.
-HT_SLOW_BATCH_S=<seconds> makes every batch that much longer, so that a test has time
-to add a host while the job trains.
+HT_SLOW_BATCH_S=<seconds> makes every batch that much longer while the ring has fewer
+ranks than HT_SLOW_WHILE_BELOW (default: always), so that a test has time to add a host
+while the job trains, and the grown ring then runs at full speed.
 """
 import argparse
 import hashlib
@@ -89,9 +90,10 @@ class Faults(keras.callbacks.Callback):
             os.environ.get("HOROVOD_HOSTNAME") == host and not os.path.exists(self.marker)
         self.at = tuple(int(v) for v in at.split(":")) if self.armed else None
         self.pause = float(os.environ.get("HT_SLOW_BATCH_S", "0"))
+        self.slow_below = int(os.environ.get("HT_SLOW_WHILE_BELOW", "1000000"))
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.pause:
+        if self.pause and hvd.size() < self.slow_below:
             time.sleep(self.pause)
         if self.armed and (self.state.epoch, batch) == self.at:
             with open(self.marker, "w") as f:

@@ -11,7 +11,6 @@ import pty
 import re
 import select
 import signal
-import subprocess
 import time
 
 import pytest
@@ -19,7 +18,6 @@ import pytest
 from helpers import ABSL_PREFIX, LAUNCHER_TAG, ROOT, child_env, run_cli
 from ranks import horovodrun, mpirun
 
-pytestmark = pytest.mark.slow
 
 TAG = LAUNCHER_TAG
 OURS = re.compile(TAG + r"(?:gpu   |config |scaling |train |divergence |eval  |done  )\| ")
@@ -63,16 +61,6 @@ def test_make_train_prints_only_our_lines(tmp_path):
     assert f", {rate} samples/s," in out[1]
     assert f"summary_json={tmp_path}/summary.json" in proc.stderr  # the changed option
     assert "\x1b[K" not in proc.stderr + proc.stdout  # pipes, no terminal: no bar
-
-
-def test_the_ranks_of_horovodrun_print_only_our_lines():
-    proc = run_cli(horovodrun(2, "gloo", SHORT), timeout=600, env=_env())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    # horovodrun's own build check (its process, untagged) prints TF's lines: by hand
-    # they show, `make train` filters them (above). Every rank's line is ours.
-    tagged = [line for line in proc.stderr.splitlines() if re.match(r"\[[\d,]+\]<std", line)]
-    assert tagged and _not_ours(tagged) == [], proc.stderr
-    assert any("done  | steps 60 |" in line for line in tagged)
 
 
 def test_the_ranks_of_mpirun_print_only_our_lines():
@@ -125,10 +113,16 @@ def test_on_a_terminal_the_chief_draws_a_bar_under_horovodrun(controller, tag):
     assert all(shown[:i].endswith(("\n", "\x1b[K")) for i in starts), shown[-4000:]
 
 
-def test_under_ci_the_terminal_gets_lines_only():
+def test_under_ci_the_ranks_of_horovodrun_print_only_our_lines_and_no_bar():
+    """On a terminal under CI: lines only, no bar. Every rank's line is ours; horovodrun's
+    own build check (its process, untagged) prints TF's lines: by hand they show, and
+    `make train` filters them (above)."""
     code, shown = _in_terminal(horovodrun(2, "gloo", SHORT), _env(CI="1"))
     assert code == 0, shown[-4000:]
+    tagged = [line for line in shown.splitlines() if re.match(r"\[[\d,]+\]<std", line)]
+    assert tagged and _not_ours(tagged) == [], shown[-4000:]
     assert "[0]<stderr>:train | step 60/60 |" in shown
+    assert any("done  | steps 60 |" in line for line in tagged)
     assert "\x1b[K" not in shown and not BAR.search(shown)
 
 

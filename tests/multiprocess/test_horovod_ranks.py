@@ -1,17 +1,17 @@
 """Real ranks under horovodrun (gloo and mpi) and mpirun: identical weights everywhere,
 data-parallel equivalence with a 1-rank run, and the default job's accuracy."""
-import numpy as np
 import pytest
 
 from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, horovodrun, load_weights,
                    mpirun, only_chief_files, run_ranks)
+from scenarios import REFERENCE_STEPS, assert_same_weights, reference_with
 
-pytestmark = pytest.mark.slow
 pytest.importorskip("horovod.tensorflow")
 
 
 def test_default_job_under_horovodrun_gloo_reaches_095(tmp_path):
-    """`make train` exactly: defaults, 2 ranks, gloo."""
+    """The default job, every flag at its default, on 2 ranks under Gloo (`make train` runs
+    the same job under horovodrun's default controller, MPI here: test_console_ranks)."""
     summary = run_ranks(horovodrun(2, "gloo", []), tmp_path)
     assert summary["backend"] == "horovod" and summary["global_batch"] == 64
     assert summary["test_accuracy"] >= 0.95
@@ -20,11 +20,23 @@ def test_default_job_under_horovodrun_gloo_reaches_095(tmp_path):
     only_chief_files(tmp_path)
 
 
-@pytest.mark.parametrize("launcher", ["horovodrun-mpi", "mpirun"])
-def test_ranks_end_identical_under_mpi(tmp_path, launcher):
-    args = ["--epochs=3", "--log_every=10"]
-    argv = horovodrun(2, "mpi", args) if launcher == "horovodrun-mpi" else mpirun(2, args)
-    summary = run_ranks(argv, tmp_path)
+def test_ranks_end_identical_under_horovodrun_mpi(mpi_xla):
+    """The shared MPI job (3 epochs, XLA: test_xla_ranks reads it too). No
+    --allreduce_bucket_mb: 2 CPU ranks on one host under MPI reduce in 4 MiB buckets, said
+    on the config line (under Gloo, one call after backprop: test_speed_levers)."""
+    summary = mpi_xla.summary
+    assert summary["world_size"] == 2 and summary["backend"] == "horovod"
+    assert_ranks_identical(summary, mpi_xla.run_dir, 2)
+    assert_loss_fell(summary)
+    assert summary["test_accuracy"] >= 0.9
+    only_chief_files(mpi_xla.run_dir)
+    assert "backend horovod (compression none, gradient buckets of 4 MiB" in summary["_stderr"]
+    assert summary["config"]["speed"]["allreduce_bucket_mb"] is None
+    assert summary["collective_ops_per_step"] == 1  # digits_cnn's 0.6 MiB: one bucket
+
+
+def test_ranks_end_identical_under_mpirun(tmp_path):
+    summary = run_ranks(mpirun(2, ["--epochs=3", "--log_every=10"]), tmp_path)
     assert summary["world_size"] == 2 and summary["backend"] == "horovod"
     assert_ranks_identical(summary, tmp_path, 2)
     assert_loss_fell(summary)
@@ -32,17 +44,15 @@ def test_ranks_end_identical_under_mpi(tmp_path, launcher):
     only_chief_files(tmp_path)
 
 
-def test_two_ranks_equal_one_rank_with_the_same_global_batch(tmp_path):
-    """Data-parallel equivalence: 2 x 16 with averaged gradients == 1 x 32."""
-    common = ["--optimizer=sgd", "--momentum=0.9", "--max_steps=40", "--log_every=10",
-              "--eval_every_epochs=0", "--deterministic"]
-    two = run_ranks(horovodrun(2, "gloo", common + ["--batch_size=16", "--learning_rate=0.05"]),
-                    tmp_path / "two")
-    one = run_ranks(TRAIN + common + ["--backend=local", "--batch_size=32", "--learning_rate=0.1"],
-                    tmp_path / "one")
-    assert two["steps"] == one["steps"] == 40
+def test_two_ranks_equal_one_rank_with_the_same_global_batch(tmp_path, gloo_reference):
+    """Data-parallel equivalence: 2 x 16 with averaged gradients (the shared Gloo reference)
+    == 1 x 32 on one process."""
+    # --learning_rate is per rank: scaled by the world size (2 x 0.05 = 1 x 0.1).
+    one = run_ranks(TRAIN + reference_with("--backend=local", "--batch_size=32",
+                                           "--learning_rate=0.1"), tmp_path)
+    two = gloo_reference.summary
+    assert two["steps"] == one["steps"] == REFERENCE_STEPS
     assert two["global_batch"] == one["global_batch"] == 32
-    for a, b in zip(load_weights(tmp_path / "two"), load_weights(tmp_path / "one")):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_weights(gloo_reference.weights(), load_weights(tmp_path), atol=1e-5)
     # Not trivially equal: training moved the weights a long way from their start.
     assert_loss_fell(two)

@@ -11,7 +11,6 @@ import pytest
 from helpers import child_env, run_cli
 from ranks import free_ports, tf_config
 
-pytestmark = pytest.mark.slow
 
 WORKER = os.path.join(os.path.dirname(__file__), "hvd_api_worker.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -51,9 +50,20 @@ def check_collectives(c):
     assert c["broadcast_variables"] == [1.0, 1.0]
 
 
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory):
+    """One Gloo job runs the API checks, then both perturbed fits (the tests below)."""
+    return run_horovod("gloo", tmp_path_factory.mktemp("gloo"), "api,perturb,instep")
+
+
 @pytest.mark.parametrize("launcher", ["gloo", "mpi", "mwms"])
-def test_the_api_answers_alike_on_every_rank(tmp_path, launcher):
-    ranks = run_mwms(tmp_path, "api") if launcher == "mwms" else run_horovod(launcher, tmp_path, "api")
+def test_the_api_answers_alike_on_every_rank(tmp_path, launcher, request):
+    if launcher == "gloo":
+        ranks = request.getfixturevalue("gloo_ranks")
+    elif launcher == "mwms":
+        ranks = run_mwms(tmp_path, "api")
+    else:
+        ranks = run_horovod(launcher, tmp_path, "api")
     for r, res in enumerate(ranks):
         assert (res["rank"], res["size"], res["local_rank"], res["local_size"]) == (r, 2, r, 2)
         assert res["cross"] == [0, 1]
@@ -74,10 +84,9 @@ def test_the_api_answers_alike_on_every_rank(tmp_path, launcher):
 
 
 @pytest.mark.parametrize("mode", ["perturb", "instep"])
-def test_a_perturbed_rank_stops_every_rank_at_the_next_check(tmp_path, mode):
-    ranks = run_horovod("gloo", tmp_path, mode)
-    for res in ranks:
-        fit = res["fit"]
+def test_a_perturbed_rank_stops_every_rank_at_the_next_check(gloo_ranks, mode):
+    for res in gloo_ranks:
+        fit = res[f"fit_{mode}"]
         assert fit["stopped"] and fit["message"], fit
         # Caught at the first check after the change: with the callback, the end of
         # training (12 updates: epoch ends are checked at most once per 100 updates);

@@ -15,7 +15,6 @@ import pytest
 from helpers import ROOT, child_env, run_cli
 from ranks import free_ports, tf_config
 
-pytestmark = pytest.mark.slow
 
 EXAMPLE = os.path.join(ROOT, "examples", "keras_fit.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -53,14 +52,13 @@ def run_mwms_workers(run_dir, args, n=2):
 
 CASES = {
     # (launcher, extra flags, injected CALL@RANK or None, checkpoint?)
-    "horovodrun-gloo": ("gloo", [], None, True),
-    "horovodrun-mpi": ("mpi", ["--precision=mixed_float16"], "5@1", False),
-    "mwms-workers": ("mwms", ["--precision=mixed_float16"], "7@0", True),
     # compile(jit_compile=True): XLA around the collectives (keras_jit.py). Were the
     # allreduce inside the XLA step, these would fail: XLA on CPU compiles neither
-    # Horovod's ops nor TF's collectives.
+    # Horovod's ops nor TF's collectives. One run per launcher: Gloo with XLA, MPI
+    # without (auto: off on CPU), MWMS with XLA and fp16.
     "horovodrun-gloo-xla": ("gloo", ["--jit_compile=true"], None, True),
-    "mwms-workers-xla": ("mwms", ["--jit_compile=true", "--precision=mixed_float16"], "7@0", False),
+    "horovodrun-mpi": ("mpi", ["--precision=mixed_float16"], "5@1", False),
+    "mwms-workers-xla": ("mwms", ["--jit_compile=true", "--precision=mixed_float16"], "7@0", True),
 }
 
 

@@ -6,28 +6,10 @@ import socket
 import subprocess
 import time
 
-import numpy as np
-import pytest
-
 from helpers import ROOT, child_env
-from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, free_ports, horovodrun,
-                   load_weights, mpirun, only_chief_files, run_ranks, tf_config)
-
-pytestmark = pytest.mark.slow
-
-
-def run_workers(args, run_dir, n=2, timeout=600):
-    """Starts n workers by hand (TF_CONFIG each), waits for all; returns the chief's summary."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ports = free_ports(n)
-    out = [f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
-    procs = [subprocess.Popen(TRAIN + args + out, env=child_env(TF_CONFIG=tf_config(ports, i)),
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(n)]
-    results = [p.communicate(timeout=timeout) for p in procs]
-    for p, (_, err) in zip(procs, results):
-        assert p.returncode == 0, err[-5000:]
-    return json.loads((run_dir / "summary.json").read_text()), results
+from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, free_ports,
+                   load_weights, mpirun, only_chief_files, run_ranks, run_workers, tf_config)
+from scenarios import REFERENCE_STEPS, assert_same_weights, reference_with
 
 
 def test_default_job_on_two_tf_config_workers(tmp_path):
@@ -50,15 +32,11 @@ def test_workers_under_mpirun_derive_tf_config(tmp_path):
     assert summary["test_accuracy"] >= 0.9
 
 
-def test_mwms_and_horovod_compute_the_same_training(tmp_path):
-    pytest.importorskip("horovod.tensorflow")
-    args = ["--optimizer=sgd", "--learning_rate=0.05", "--max_steps=30", "--log_every=10",
-            "--eval_every_epochs=0", "--deterministic"]
-    mwms, _ = run_workers(args + ["--backend=mwms"], tmp_path / "mwms")
-    hvd = run_ranks(horovodrun(2, "gloo", args), tmp_path / "hvd")
-    assert mwms["steps"] == hvd["steps"] == 30
-    for a, b in zip(load_weights(tmp_path / "mwms"), load_weights(tmp_path / "hvd")):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+def test_mwms_and_horovod_compute_the_same_training(tmp_path, gloo_reference):
+    """Two MWMS workers on the shared Gloo reference's flags end with its weights."""
+    mwms, _ = run_workers(reference_with("--backend=mwms"), tmp_path)
+    assert mwms["steps"] == gloo_reference.summary["steps"] == REFERENCE_STEPS
+    assert_same_weights(load_weights(tmp_path), gloo_reference.weights(), atol=1e-5)
 
 
 def test_malformed_tf_config_names_the_field():

@@ -22,7 +22,6 @@ from helpers import ABSL_PREFIX, run_cli
 from launch.ports import free_port_base
 from ranks import TRAIN, assert_ranks_identical, load_weights
 
-pytestmark = pytest.mark.slow
 
 STEPS = 30
 FLAGS = [f"--max_steps={STEPS}", "--deterministic", "--optimizer=sgd", "--learning_rate=0.05",
@@ -128,22 +127,19 @@ def test_sbatch_rendered_script_one_node_two_tasks(one_node, tmp_path, backend):
     port_base = free_port_base(2) if backend == "mwms" else None
     job.run(one_node, ["sbatch", "--wait", _render(job, backend, 1, 2, port_base)])
     job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
+    _console_is_ours(slurm_fixture.job_output(job.dir))
 
 
-@pytest.mark.parametrize("backend,per_node", [("horovod", True), ("horovod", False),
-                                              ("mwms", False)],
-                         ids=["horovod-ntasks-per-node", "horovod-ntasks-only", "mwms-ntasks-only"])
-def test_srun_two_tasks(one_node, tmp_path, backend, per_node):
-    """`srun -n 2 [--ntasks-per-node=2] python -m horovod_train`. Without --ntasks-per-node
-    srun sets no SLURM_NTASKS_PER_NODE (only SLURM_STEP_TASKS_PER_NODE and
-    SLURM_TASKS_PER_NODE): local size must still come out 2, and mwms must still derive
-    both workers from the Slurm variables (no TF_CONFIG is given). Horovod's ranks meet
-    through PMIx (--mpi=pmix: the cluster's MpiDefault is none, as on many sites)."""
+def test_srun_two_mwms_tasks_without_tasks_per_node(one_node, tmp_path):
+    """`srun -n 2 python -m horovod_train --backend=mwms`: no --ntasks-per-node, so srun
+    sets no SLURM_NTASKS_PER_NODE (only SLURM_STEP_TASKS_PER_NODE and
+    SLURM_TASKS_PER_NODE): local size must still come out 2, and mwms must derive both
+    workers from the Slurm variables (no TF_CONFIG is given). Horovod's ranks under srun
+    --mpi=pmix are the rendered sbatch script's (with --ntasks-per-node) and
+    test_salloc_launch_run_srun's (without)."""
     job = Job(tmp_path)
-    extra = ["--ntasks-per-node=2"] if per_node else []
-    mpi = "--mpi=pmix" if backend == "horovod" else "--mpi=none"
-    proc = job.run(one_node, ["srun", mpi, "-n", "2", *extra, "--kill-on-bad-exit=1",
-                              "--time=10", *job.train_argv(), f"--backend={backend}"])
+    proc = job.run(one_node, ["srun", "--mpi=none", "-n", "2", "--kill-on-bad-exit=1",
+                              "--time=10", *job.train_argv(), "--backend=mwms"])
     job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
     _console_is_ours(proc.stdout + proc.stderr)
 
@@ -162,9 +158,10 @@ def test_salloc_launch_run_srun(one_node, tmp_path):
     """Inside `salloc -n 2`: `python -m launch run --launcher srun -np 2 -- ...`
     (docs/launch.md), which runs srun --mpi=pmix --ntasks=2 (no --ntasks-per-node)."""
     job = Job(tmp_path)
-    job.run(one_node, ["salloc", "-n", "2", "--time=10", sys.executable, "-m", "launch", "run",
-                       "--launcher", "srun", "-np", "2", "--", *job.train_argv()])
+    proc = job.run(one_node, ["salloc", "-n", "2", "--time=10", sys.executable, "-m", "launch",
+                              "run", "--launcher", "srun", "-np", "2", "--", *job.train_argv()])
     job.check("srun", [(0, 2), (1, 2)], nodes=one_node.node_names * 2)
+    _console_is_ours(proc.stdout + proc.stderr)
 
 
 @pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])

@@ -1,51 +1,42 @@
 """--jit_compile=true on real ranks (CPU): XLA compiles each rank's gradients and update,
 the collectives run between them. Under horovodrun --gloo and --mpi and as two MWMS
-workers: the default job's accuracy, identical weights, and a poisoned fp16 step that
-every rank skips together. Each summary also reports what the step's graph holds: were
-a collective inside an XLA function, XLA on CPU would refuse to run it."""
+workers: the default job's accuracy in 3 epochs, identical weights, and (Gloo, MWMS) an
+fp16 step that rank 1 alone finds non-finite, skipped by every rank together, in the same
+run. Each summary also reports what the step's graph holds."""
 import pytest
 
-from ranks import assert_ranks_identical, horovodrun, only_chief_files, run_ranks
-from test_mwms_workers import run_workers
-from test_speed_levers import INJECT, SHORT, _check_injected_skip
-
-pytestmark = pytest.mark.slow
-XLA = ["--jit_compile=true"]
+from ranks import assert_ranks_identical, horovodrun, only_chief_files, run_ranks, run_workers
+from scenarios import INJECT, check_compiled_around_collectives, check_injected_skip
 
 
-def _horovod(controller):
-    def run(args, run_dir):
-        pytest.importorskip("horovod.tensorflow")
-        return run_ranks(horovodrun(2, controller, args), run_dir)
-    return run
+PER_EPOCH = 1437 // (32 * 2)
+# The default job but for its length, with the fp16 poisoned step.
+XLA_INJECT = ["--jit_compile=true", "--epochs=3", "--log_every=10"] + INJECT
 
 
-LAUNCHERS = {
-    "horovodrun-gloo": _horovod("gloo"),
-    "horovodrun-mpi": _horovod("mpi"),
-    "mwms-workers": lambda args, run_dir: run_workers(args, run_dir)[0],
-}
-
-
-def _check_compiled_around_collectives(summary):
-    assert summary["jit_compile"] is True
-    assert summary["collective_ops_per_step"] >= 1 and summary["collective_ops_in_xla"] == 0
-    assert summary["xla_compiled_functions"] >= 2  # the gradients and the update, at least
-
-
-@pytest.mark.parametrize("launcher", list(LAUNCHERS))
-def test_default_job_with_xla_reaches_095_on_identical_ranks(tmp_path, launcher):
-    summary = LAUNCHERS[launcher](XLA, tmp_path)
-    assert summary["world_size"] == 2
-    assert summary["backend"] == ("mwms" if launcher == "mwms-workers" else "horovod")
-    _check_compiled_around_collectives(summary)
+def _check(summary, run_dir, backend):
+    assert summary["world_size"] == 2 and summary["backend"] == backend
+    check_compiled_around_collectives(summary)
     assert summary["test_accuracy"] >= 0.95
-    assert_ranks_identical(summary, tmp_path, 2)
-    only_chief_files(tmp_path)
+    check_injected_skip(summary, run_dir, steps=3 * PER_EPOCH)
+    only_chief_files(run_dir)
 
 
-@pytest.mark.parametrize("launcher", ["horovodrun-gloo", "mwms-workers"])
-def test_fp16_poisoned_step_is_skipped_by_every_rank_under_xla(tmp_path, launcher):
-    summary = LAUNCHERS[launcher](SHORT + INJECT + XLA, tmp_path)
-    _check_compiled_around_collectives(summary)
-    _check_injected_skip(summary, tmp_path)
+def test_gloo_ranks_under_xla_train_identically_and_skip_together(tmp_path):
+    pytest.importorskip("horovod.tensorflow")
+    _check(run_ranks(horovodrun(2, "gloo", XLA_INJECT), tmp_path), tmp_path, "horovod")
+
+
+def test_mwms_workers_under_xla_train_identically_and_skip_together(tmp_path):
+    summary, _ = run_workers(XLA_INJECT, tmp_path)
+    _check(summary, tmp_path, "mwms")
+
+
+def test_mpi_ranks_under_xla_reach_095_on_identical_ranks(mpi_xla):
+    """The shared MPI job (test_horovod_ranks reads it too)."""
+    summary = mpi_xla.summary
+    assert summary["world_size"] == 2 and summary["backend"] == "horovod"
+    check_compiled_around_collectives(summary)
+    assert summary["test_accuracy"] >= 0.95
+    assert_ranks_identical(summary, mpi_xla.run_dir, 2)
+    only_chief_files(mpi_xla.run_dir)

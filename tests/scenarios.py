@@ -1,0 +1,66 @@
+"""Multi-rank scenarios: the flag sets of the jobs several tests share, and what a finished
+job is (a plain module; the session fixtures that run them are in
+tests/multiprocess/conftest.py). docs/testing.md says when a test joins a scenario and when
+it needs a launch of its own."""
+import dataclasses
+import pathlib
+
+import numpy as np
+
+from ranks import assert_ranks_identical, load_weights
+
+# The deterministic SGD reference on 2 Gloo ranks: 2 x 16 examples a step, no bucket flag
+# (so under Gloo on shared CPU cores: one grouped allreduce after backprop). Tests of data
+# parallelism, accumulation, buckets, compression and the MWMS backend compare against it;
+# each of their own runs changes only the lever it tests.
+REFERENCE = ["--optimizer=sgd", "--momentum=0.9", "--learning_rate=0.05", "--deterministic",
+             "--eval_every_epochs=0", "--batch_size=16", "--max_steps=40", "--log_every=10"]
+REFERENCE_STEPS = 40
+
+# A short job, and rank 1 alone seeing inf at step 5 under fp16 loss scaling.
+SHORT = ["--max_steps=12", "--log_every=6", "--eval_every_epochs=0"]
+INJECT = ["--precision=mixed_float16", "--inject_nonfinite=5@1"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A finished job: its summary (with the chief's stderr as "_stderr") and run dir."""
+    summary: dict
+    run_dir: pathlib.Path
+
+    def weights(self) -> list:
+        return load_weights(self.run_dir)
+
+
+def reference_with(*changes: str) -> list:
+    """REFERENCE with some flags replaced (same name) or added."""
+    names = {c.split("=", 1)[0] for c in changes}
+    return [f for f in REFERENCE if f.split("=", 1)[0] not in names] + list(changes)
+
+
+def assert_same_weights(a: list, b: list, rtol=1e-4, atol=2e-5):
+    """Two runs' weights equal to float32 rounding (their reduction orders differ)."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+def check_injected_skip(summary, run_dir, steps: int = 12):
+    """What INJECT leaves: rank 1 alone saw inf, and the agreed verdict made BOTH skip
+    (else the ranks' digests would differ)."""
+    assert summary["skipped_steps"] == 1
+    assert summary["loss_scale"] == 2.0 ** 14  # halved once from 2**15
+    assert summary["steps"] == steps
+    assert_ranks_identical(summary, run_dir, 2)
+
+# The MPI job: 3 epochs of the default job under horovodrun --mpi, with XLA around the
+# collectives; it reaches the default job's accuracy bar (0.95) in 3 of its 10 epochs.
+MPI_XLA = ["--epochs=3", "--log_every=10", "--jit_compile=true"]
+
+
+def check_compiled_around_collectives(summary):
+    """XLA compiled the step's compute, and no collective sits inside an XLA function
+    (XLA on CPU would refuse to run it)."""
+    assert summary["jit_compile"] is True
+    assert summary["collective_ops_per_step"] >= 1 and summary["collective_ops_in_xla"] == 0
+    assert summary["xla_compiled_functions"] >= 2  # the gradients and the update, at least
