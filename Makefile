@@ -36,14 +36,16 @@ train: setup
 	  print('summary: %d ranks, test accuracy %.4f, %.0f samples/s, identical weights on all ranks: %s' % \
 	  (s['world_size'], s['test_accuracy'], s['samples_per_sec'], len(set(s['weight_digests'])) == 1))"
 
-# Every tier, slow multi-process tests included (this is what CI runs). The 20 slowest
-# tests are listed before the closing line, so a CI log shows where its time went.
+# Every tier, slow multi-process tests included (this is what CI runs), one test at a
+# time. The 20 slowest tests and each tier's seconds (tests/conftest.py) are printed
+# before the closing line, so a CI log shows where its time went (docs/testing.md).
 test: setup
 	python -m pytest --durations=20 tests
 
-# The fast tier alone: no test that starts several ranks.
+# The fast tier alone (unit and tf: no test that starts processes), on 2 workers: 90 s
+# against 140 s one at a time on 2 cores (docs/testing.md).
 test-fast: setup
-	python -m pytest -m "not slow" tests
+	python -m pytest -n 2 -m "not slow" tests
 
 # The short version of every benchmark figure (issue 12): tables on stdout, JSON in
 # runs/bench/, the plot in docs/benchmarks.png. Full version: python bench/run_all.py

@@ -42,7 +42,8 @@ def pytest_collection_modifyitems(config, items):
 class TierClock:
     """Seconds and tests per tier (setup + call + teardown, so a scenario's shared launch
     counts where it ran), printed at the end, so every `make test` shows where its wall
-    time went. The suite runs one test at a time, so they add up to the run's wall time.
+    time went. `make test` runs one test at a time, so they add up to its wall time
+    (under pytest -n, to the workers' summed time).
     A plugin registered per session (pytest_configure), not module state."""
 
     def __init__(self):
