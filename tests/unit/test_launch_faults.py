@@ -234,6 +234,20 @@ def test_guard_reads_its_orders_until_done_or_eof():
     assert guard.read_orders(["junk\n", "group x\n"]) == (set(), False)
 
 
+def test_guard_lists_a_groups_live_members_skipping_zombies_and_the_vanished(tmp_path):
+    """/proc as the guard reads it: a member, a zombie of the group, another group's
+    process, and a process that ended between listing /proc and reading its stat (its
+    directory without the file): only the live member counts."""
+    from launch import guard
+    stats = {"101": "101 (python) S 1 77 77", "102": "102 (sh) Z 1 77 77",
+             "103": "103 (x) S 1 88 88", "104": None, "self": None}
+    for pid, stat in stats.items():
+        (tmp_path / pid).mkdir()
+        if stat is not None:
+            (tmp_path / pid / "stat").write_text(stat + " 0 0\n")
+    assert guard.live_members(77, proc=str(tmp_path)) == [101]
+
+
 def test_guard_sweep_terms_then_kills_only_what_is_left(monkeypatch):
     from launch import guard
     sent = []
