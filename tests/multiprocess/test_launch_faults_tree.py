@@ -35,7 +35,7 @@ def _wait_for_training(launcher, log, timeout=300):
     while "train | step" not in log.read_text():
         assert launcher.poll() is None, f"the job ended first:\n{log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"no training step logged:\n{log.read_text()[-3000:]}"
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("launch_flags", [
