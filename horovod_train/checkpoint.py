@@ -2,8 +2,9 @@
 is broadcast.
 
 A checkpoint is a directory `ckpt-<step>` holding `state.npz` (every model, optimizer
-and loss-scale variable, in a fixed order) and `meta.json` (step, the config that
-shapes the state and the data order). It is written under a temporary name and
+and loss-scale variable, each under its name) and `meta.json` (step, format, the names
+in order, the config that shapes the state and the data order); checkpoint_format.py
+says how arrays are named and checked. It is written under a temporary name and
 renamed when complete, so a crash mid-write leaves the previous checkpoint intact and
 no half-written one that looks valid. The data position needs no saving: the input
 order is a pure function of (seed, epoch), so the step count says where to resume.
@@ -26,6 +27,9 @@ import numpy as np
 from absl import logging
 
 from horovod_train import filemode
+from horovod_train.checkpoint_format import (FORMAT, check_format, check_names, check_shapes,
+                                             is_positional, state_names, stored_keys,
+                                             write_arrays)
 from horovod_train.errors import UsageError
 from horovod_train.writer_lock import (ForeignWriter, acquire_writer_lock, foreign_writer,
                                        release_writer_lock)
@@ -62,7 +66,8 @@ def training_state(model, optimizer, loss_scale) -> list:
 
     model.variables, not model.weights: it also holds each dropout layer's seed
     generator state, without which a resumed run draws other dropout masks than the
-    uninterrupted one and the two drift apart."""
+    uninterrupted one and the two drift apart. Each is stored under its name:
+    checkpoint_format.state_names."""
     return (list(model.variables) + list(optimizer.variables)
             + [loss_scale.scale, loss_scale.good_steps])
 
@@ -87,6 +92,7 @@ def read_meta(path: str) -> dict:
         if type(meta.get(key)) is not kind:  # `is`, so a JSON true is no count
             raise ValueError(f"meta.json field {key!r} is {meta.get(key)!r}, not a JSON "
                              f"{'object' if kind is dict else 'integer'}")
+    check_format(meta)
     return meta
 
 
@@ -101,6 +107,7 @@ def _unreadable(path: str) -> str | None:
 
 def save(directory: str, step: int, variables, config, keep: int, facts: dict | None = None):
     """Chief only. Raises UsageError (after cleaning up) when the disk refuses."""
+    names = state_names(variables)  # before any write: a refusal leaves nothing behind
     final = os.path.join(directory, f"ckpt-{step:09d}")
     try:
         os.makedirs(directory, exist_ok=True)
@@ -109,14 +116,15 @@ def save(directory: str, step: int, variables, config, keep: int, facts: dict | 
         raise _write_error(directory, err) from None
     try:
         os.chmod(tmp, filemode.new_dir_mode())  # mkdtemp's 0700 would outlive the rename
-        arrays = {f"v{i:05d}": np.asarray(v) for i, v in enumerate(variables)}
         with open(os.path.join(tmp, "state.npz"), "wb") as f:
-            np.savez(f, **arrays)
+            write_arrays(f, names, variables)
             f.flush()
             os.fsync(f.fileno())
         with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump({"step": step, "num_variables": len(arrays),
-                       "fingerprint": fingerprint(config, facts)}, f, indent=2)
+            # num_variables stays: older versions check it, then skip this checkpoint as
+            # unreadable (no v00000) rather than misread it.
+            json.dump({"format": FORMAT, "step": step, "num_variables": len(names),
+                       "names": names, "fingerprint": fingerprint(config, facts)}, f, indent=2)
         if os.path.exists(final):
             _remove(final)
         os.rename(tmp, final)  # the commit point
@@ -178,19 +186,25 @@ def _remove(path: str):
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def load_latest(directory: str, config, num_variables: int, facts: dict | None = None):
-    """(step, arrays) of the newest loadable checkpoint, or None. A corrupt one is skipped
-    with a warning naming it; one from another config, data or world size is refused
-    with what differs (continuing it would silently train something else)."""
+def load_latest(directory: str, config, variables, facts: dict | None = None):
+    """(step, arrays for `variables`) of the newest loadable checkpoint, or None. A corrupt
+    one is skipped with a warning naming it; one from another config, data or world size,
+    or holding other variables (names, shapes), is refused with what differs (continuing
+    it would silently train something else)."""
+    names = state_names(variables)
     for step, path in list_checkpoints(directory):
         try:
             meta = read_meta(path)
             with np.load(os.path.join(path, "state.npz")) as data:
-                arrays = [data[f"v{i:05d}"] for i in range(meta["num_variables"])]
+                arrays = [data[key] for key in stored_keys(meta)]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             logging.warning("checkpoint | %s is unreadable (%s); trying the previous one", path, err)
             continue
-        _check_compatible(path, meta, config, num_variables, facts)
+        _check_compatible(path, meta, config, len(names), facts)
+        # Format 1 (by position, before the names) has its count and shapes alone.
+        if not is_positional(meta):
+            check_names(path, meta["names"], names)
+        check_shapes(path, arrays, variables)
         return step, arrays
     return None
 
@@ -202,7 +216,8 @@ def _check_compatible(path, meta, config, num_variables, facts=None):
     # A fact the checkpoint lacks was not recorded then (an older version): accepted.
     diffs += [f"{k}: checkpoint {stored[k]!r}, now {v!r}" for k, v in now.items()
               if k != "world_size" and k in stored and stored[k] != v]
-    if meta["num_variables"] != num_variables:
+    # By name, check_names says which variable differs; by position, the count is all.
+    if is_positional(meta) and meta["num_variables"] != num_variables:
         diffs.append(f"variables: checkpoint {meta['num_variables']}, now {num_variables}")
     if diffs:
         raise UsageError(f"--checkpoint_dir: {path} was made by a different run ({'; '.join(diffs)}); "
@@ -225,19 +240,6 @@ class WorldSizeMismatch(UsageError):
             f"learning rate depend on it). Fix: relaunch with {written} rank"
             f"{'s' if written != 1 else ''}, or use a new "
             f"--checkpoint_dir (for a changing world size use --elastic)")
-
-
-def check_shapes(path: str, arrays, variables):
-    """Refuses, naming the first variable whose stored shape differs (a checkpoint
-    written before the data shapes were part of the fingerprint)."""
-    for i, (array, variable) in enumerate(zip(arrays, variables)):
-        got, want = tuple(np.shape(array)), tuple(variable.shape)
-        if got != want:
-            name = getattr(variable, "path", None) or getattr(variable, "name", None) or "?"
-            raise UsageError(f"--checkpoint_dir: {path} holds shape {got} for variable {i} "
-                             f"({name}), this model's is {want}; expected the shapes of the "
-                             f"same model and data. Fix: use a new --checkpoint_dir, or restore "
-                             f"the original flags (--dataset, --model)")
 
 
 # What a refusal was, so ranks that never read the directory can say the same thing.
@@ -295,9 +297,7 @@ class Checkpointer:
         """(found, error, [step, kind, detail]) for _agree: the lock first, then the read."""
         try:
             self._hold_lock()
-            found = load_latest(self.directory, self.config, len(self.variables), self.facts)
-            if found:
-                check_shapes(self._path(found[0]), found[1], self.variables)
+            found = load_latest(self.directory, self.config, self.variables, self.facts)
         except WorldSizeMismatch as err:
             return None, err, [err.step, _WORLD, err.written]
         except UsageError as err:

@@ -1,5 +1,9 @@
 """What a checkpoint carries: a resumed model draws the dropout masks the uninterrupted
-one would have drawn (the seed generator state is part of the saved state)."""
+one would have drawn (the seed generator state is part of the saved state), and each
+variable is stored under its Keras path, so a model whose layers moved is refused."""
+import json
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -11,8 +15,16 @@ from horovod_train.errors import UsageError
 CONFIG = cfg.RunConfig()
 
 
+def _relaunch(seed=1):
+    """What a relaunch starts from: a fresh process, where Keras numbers auto-named objects
+    (sequential, seed_generator, sgd) from zero again, and checkpoints are keyed by their
+    paths. Building twice in one process would otherwise give `sequential_1/...`."""
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+
+
 def _model():
-    keras.utils.set_random_seed(1)
+    _relaunch()
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dropout(0.5)])
     optimizer = keras.optimizers.SGD()
     optimizer.build(model.trainable_variables)
@@ -34,7 +46,7 @@ def test_resume_restores_the_dropout_seed_state(tmp_path):
     fresh, fresh_opt, fresh_scale = _model()
     fresh_state = checkpoint.training_state(fresh, fresh_opt, fresh_scale)
     assert not np.array_equal(_mask(fresh), expected_next)  # a new run draws other masks
-    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, len(fresh_state))
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, fresh_state)
     for variable, value in zip(fresh_state, arrays):
         variable.assign(value)
     assert step == 1
@@ -42,9 +54,13 @@ def test_resume_restores_the_dropout_seed_state(tmp_path):
 
 
 def _classifier(num_classes, facts=None, directory=None):
-    keras.utils.set_random_seed(1)
+    _relaunch()
     model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
                               keras.layers.Dense(num_classes, name="head")])
+    return _checkpointer(model, directory, facts)
+
+
+def _checkpointer(model, directory, facts=None):
     optimizer = keras.optimizers.SGD()
     optimizer.build(model.trainable_variables)
     state = checkpoint.training_state(model, optimizer, precision.DynamicLossScale(enabled=False))
@@ -79,3 +95,48 @@ def test_data_facts_name_the_class_count_that_differs(tmp_path):
     with pytest.raises(UsageError, match="num_classes: checkpoint 10, now 5"):
         reader.restore()
     reader.close()
+
+
+# --- Keyed by variable path (issue 39, part 5) ---
+
+def _stack(names, directory, seed=1):
+    """Two same-shaped Dense layers: stored by position, each fits the other's place."""
+    _relaunch(seed)
+    layers = [keras.layers.Dense(4, name=name) for name in names]
+    return _checkpointer(keras.Sequential([keras.Input((4,))] + layers), directory)
+
+
+def _write(directory, names):
+    writer, state = _stack(names, directory)
+    writer.restore()
+    writer.maybe_save(1)
+    writer.close()
+    return state
+
+
+def test_swapped_same_shape_layers_are_refused_naming_the_difference(tmp_path):
+    _write(str(tmp_path), ["encoder", "decoder"])
+    reader, state = _stack(["decoder", "encoder"], str(tmp_path), seed=2)
+    before = [v.numpy() for v in state]
+    with pytest.raises(UsageError) as err:  # positionally: encoder's weights in decoder
+        reader.restore()
+    reader.close()
+    message = str(err.value)
+    assert re.search(r"holds '[\w/]*encoder/kernel' at position 0 of its \d+ variables, "
+                     r"where this model has '[\w/]*decoder/kernel'", message), message
+    assert "Fix:" in message
+    for variable, value in zip(state, before):
+        np.testing.assert_array_equal(variable.numpy(), value)  # nothing half-restored
+
+
+def test_keras_paths_and_the_loss_scale_names_round_trip(tmp_path):
+    written = _write(str(tmp_path), ["encoder", "decoder"])
+    with open(tmp_path / "ckpt-000000001" / "meta.json") as f:
+        names = json.load(f)["names"]
+    assert names == [v.path for v in written[:-2]] + ["loss_scale", "loss_scale_good_steps"]
+    assert any(name.endswith("encoder/kernel") for name in names)
+    reader, state = _stack(["encoder", "decoder"], str(tmp_path), seed=2)
+    assert reader.restore() == 1
+    reader.close()
+    for variable, value in zip(state, written):
+        np.testing.assert_array_equal(variable.numpy(), value.numpy())

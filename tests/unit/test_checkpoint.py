@@ -1,5 +1,6 @@
 """Checkpoint files: atomic writes, keep-N, corrupt and foreign checkpoints. No TF needed:
 the writer takes any array-likes, so numpy arrays stand in for variables."""
+import json
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ def test_save_then_load_round_trip_and_keep_n(tmp_path):
     for step in (10, 20, 30, 40):
         checkpoint.save(str(tmp_path), step, _arrays(step), CONFIG, keep=2)
     assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path))] == [40, 30]
-    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, STATE)
     assert step == 40
     for got, want in zip(arrays, _arrays(40)):
         np.testing.assert_array_equal(got, want)
@@ -37,7 +38,7 @@ def test_corrupt_newest_is_skipped_for_the_previous(tmp_path, caplog):
     newest = checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3)
     with open(os.path.join(newest, "state.npz"), "r+b") as f:
         f.truncate(40)
-    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, STATE)
     assert step == 10
     np.testing.assert_array_equal(arrays[0], _arrays(10)[0])
     assert "ckpt-000000020" in caplog.text and "unreadable" in caplog.text
@@ -47,7 +48,7 @@ def test_checkpoint_of_another_config_is_refused_naming_the_difference(tmp_path)
     checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)
     other = cfg.RunConfig(model="digits_mlp", data=cfg.DataConfig(batch_size=64))
     with pytest.raises(UsageError) as err:
-        checkpoint.load_latest(str(tmp_path), other, len(STATE))
+        checkpoint.load_latest(str(tmp_path), other, STATE)
     message = str(err.value)
     assert "model: checkpoint 'digits_cnn', now 'digits_mlp'" in message
     assert "data.batch_size: checkpoint 32, now 64" in message and "Fix" in message
@@ -73,7 +74,7 @@ def test_writer_killed_between_write_and_rename_leaves_previous_intact(tmp_path)
     assert proc.returncode == -signal.SIGKILL
     partials = [n for n in os.listdir(tmp_path) if n.startswith(".partial-ckpt-")]
     assert partials and os.path.exists(tmp_path / partials[0] / "state.npz")  # killed mid-way
-    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, STATE)
     assert step == 10
     np.testing.assert_array_equal(arrays[0], _arrays(10)[0])
     checkpoint.save(str(tmp_path), 30, _arrays(30), CONFIG, keep=3)  # next save cleans up
@@ -99,7 +100,7 @@ def test_disk_full_is_a_clear_error_and_keeps_the_previous(tmp_path):
         assert "No space left" in str(err.value) and "untouched" in str(err.value)
         assert [s for s, _ in checkpoint.list_checkpoints(str(small))] == [10]
         assert not [n for n in os.listdir(small) if n.startswith(".partial")]
-        assert checkpoint.load_latest(str(small), CONFIG, len(STATE))[0] == 10
+        assert checkpoint.load_latest(str(small), CONFIG, STATE)[0] == 10
     finally:
         subprocess.run(["umount", str(small)], check=False)
 
@@ -142,7 +143,7 @@ def test_prune_leaves_unreadable_dirs_alone_and_keeps_the_readable(tmp_path, cap
         checkpoint.save(str(tmp_path), step, _arrays(step), CONFIG, keep=2)
     assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path))] == [900, 800, 30, 20]
     assert (tmp_path / "ckpt-000000900" / "meta.json").read_text() == "x"  # untouched
-    assert checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))[0] == 30
+    assert checkpoint.load_latest(str(tmp_path), CONFIG, STATE)[0] == 30
     warned = [r.getMessage() for r in caplog.records if "--keep_checkpoints" in r.getMessage()]
     assert len(warned) == 1, warned  # once over three saves, naming both
     assert "ckpt-000000900" in warned[0] and "ckpt-000000800" in warned[0]
@@ -193,13 +194,16 @@ def test_prune_killed_mid_delete_leaves_no_half_checkpoint(tmp_path):
     '{"step": 20, "num_variables": "2", "fingerprint": {}}',    # a string count
     '{"step": 20, "num_variables": 2, "fingerprint": [1]}',     # a list fingerprint
     '{"step": "20", "num_variables": 2, "fingerprint": {}}',    # a string step
+    # Named (format 2): fewer names than arrays; then a format newer than this code reads.
+    '{"step": 20, "num_variables": 2, "fingerprint": {}, "format": 2, "names": ["a"]}',
+    '{"step": 20, "num_variables": 2, "fingerprint": {}, "format": 3, "names": ["a", "b"]}',
 ])
 def test_malformed_meta_is_skipped_for_the_previous(tmp_path, caplog, meta):
     checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)
     newest = checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3)
     with open(os.path.join(newest, "meta.json"), "w") as f:
         f.write(meta)
-    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE))
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, STATE)
     assert step == 10
     np.testing.assert_array_equal(arrays[0], _arrays(10)[0])
     assert "ckpt-000000020" in caplog.text and "unreadable" in caplog.text
@@ -213,31 +217,31 @@ DIGITS = {"input_shape": [8, 8, 1], "num_classes": 10}
 def test_other_input_shape_or_class_count_is_refused_naming_it(tmp_path):
     checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts=DIGITS)
     with pytest.raises(UsageError) as err:
-        checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE),
+        checkpoint.load_latest(str(tmp_path), CONFIG, STATE,
                                facts={"input_shape": (28, 28, 1), "num_classes": 10})
     assert "input_shape: checkpoint [8, 8, 1], now [28, 28, 1]" in str(err.value)
     assert "num_classes" not in str(err.value) and "Fix" in str(err.value)
     same = {"input_shape": (8, 8, 1), "num_classes": 10}  # a tuple equals the stored list
-    assert checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts=same)[0] == 10
+    assert checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts=same)[0] == 10
 
 
 def test_checkpoint_without_facts_is_accepted(tmp_path):
     checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)  # written before facts
     facts = dict(DIGITS, world_size=4)
-    assert checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts=facts)[0] == 10
+    assert checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts=facts)[0] == 10
 
 
 def test_other_world_size_is_refused_naming_both(tmp_path):
     checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts={"world_size": 2})
     with pytest.raises(checkpoint.WorldSizeMismatch) as err:
-        checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts={"world_size": 4})
+        checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts={"world_size": 4})
     message = str(err.value)
     assert isinstance(err.value, UsageError) and "\n" not in message
     assert "ckpt-000000010 was written by a 2-rank run, this run has 4 ranks" in message
     assert "Fix: relaunch with 2 ranks" in message and "--elastic" in message
     checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3, facts={"world_size": 1})
     with pytest.raises(checkpoint.WorldSizeMismatch, match="1-rank run, .*relaunch with 1 rank,"):
-        checkpoint.load_latest(str(tmp_path), CONFIG, len(STATE), facts={"world_size": 2})
+        checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts={"world_size": 2})
 
 
 class _Var:
@@ -261,6 +265,74 @@ def test_stored_shape_is_compared_before_assigning(tmp_path):
     assert "dense/kernel" in message and "(2, 3)" in message and "(2, 5)" in message
     assert "Fix" in message
     checkpoint.check_shapes(path, _arrays(10), [_Var((2, 3), "k"), _Var((), "c")])
+
+
+# --- Arrays keyed by variable path, not by position (issue 39, part 5) ---
+
+def _named(*paths, shape=(2, 2)):
+    return [_Var(shape, path) for path in paths]
+
+
+def test_names_round_trip_through_meta_and_state(tmp_path):
+    state = [_Var((2, 3), "dense/kernel"), _Var((), "adam/iteration"), _Var((), "loss_scale")]
+    for i, variable in enumerate(state):
+        variable.assign(np.full(variable.shape, i + 1.0, np.float32))
+    path = checkpoint.save(str(tmp_path), 10, state, CONFIG, keep=3)
+    with open(os.path.join(path, "meta.json")) as f:
+        meta = json.load(f)
+    assert meta["format"] == 2
+    assert meta["names"] == ["dense/kernel", "adam/iteration", "loss_scale"]  # in order
+    with np.load(os.path.join(path, "state.npz")) as stored:
+        assert sorted(stored.files) == sorted(meta["names"])
+        np.testing.assert_array_equal(stored["dense/kernel"], np.ones((2, 3)))
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, state)
+    assert step == 10 and [float(np.ravel(a)[0]) for a in arrays] == [1.0, 2.0, 3.0]
+
+
+def test_swapped_same_shape_variables_are_refused_naming_the_first_difference(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _named("encoder/kernel", "decoder/kernel"), CONFIG, keep=3)
+    with pytest.raises(UsageError) as err:  # positionally, this loads without a word
+        checkpoint.load_latest(str(tmp_path), CONFIG, _named("decoder/kernel", "encoder/kernel"))
+    message = str(err.value)
+    assert "holds 'encoder/kernel' at position 0 of its 2 variables, where this model has " \
+        "'decoder/kernel' (of 2)" in message
+    assert "ckpt-000000010" in message and "Fix:" in message and "\n" not in message
+    with pytest.raises(UsageError, match=r"holds nothing at position 2 of its 2 variables, "
+                                         r"where this model has 'extra/bias' \(of 3\)"):
+        checkpoint.load_latest(str(tmp_path), CONFIG,
+                               _named("encoder/kernel", "decoder/kernel", "extra/bias"))
+
+
+def test_two_variables_with_one_path_are_refused_before_writing(tmp_path):
+    with pytest.raises(UsageError) as err:
+        checkpoint.save(str(tmp_path), 10, _named("dense/kernel", "head/bias", "dense/kernel"),
+                        CONFIG, keep=3)
+    message = str(err.value)
+    assert "'dense/kernel' names variables 0 and 2" in message and "Fix:" in message
+    assert not os.path.exists(tmp_path) or not os.listdir(tmp_path)
+
+
+def _positional(directory, step, arrays):
+    """A checkpoint as written before issue 39: arrays keyed v00000..., no names."""
+    path = directory / f"ckpt-{step:09d}"
+    path.mkdir()
+    np.savez(path / "state.npz", **{f"v{i:05d}": a for i, a in enumerate(arrays)})
+    (path / "meta.json").write_text(json.dumps({"step": step, "num_variables": len(arrays),
+                                                "fingerprint": checkpoint.fingerprint(CONFIG)}))
+
+
+def test_an_old_positional_checkpoint_still_loads_by_position(tmp_path):
+    _positional(tmp_path, 10, _arrays(10))
+    state = [_Var((2, 3), "dense/kernel"), _Var((), "count")]
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, state)
+    assert step == 10
+    for got, want in zip(arrays, _arrays(10)):
+        np.testing.assert_array_equal(got, want)
+    # Its count and shapes are all it can be checked by, and they still are.
+    with pytest.raises(UsageError, match="variables: checkpoint 2, now 3"):
+        checkpoint.load_latest(str(tmp_path), CONFIG, _named("a", "b", "c", shape=()))
+    with pytest.raises(UsageError, match=r"shape \(2, 3\) for variable 0 \(dense/kernel\)"):
+        checkpoint.load_latest(str(tmp_path), CONFIG, [_Var((2, 5), "dense/kernel"), state[1]])
 
 
 # --- One writer per directory (item 2) ---
@@ -363,7 +435,6 @@ def test_checkpointer_writes_facts_and_world_size_and_restores(tmp_path, sent):
         variable.assign(value)
     ckpt.maybe_save(10)
     ckpt.close()
-    import json
     with open(tmp_path / "ckpt-000000010" / "meta.json") as f:
         stored = json.load(f)["fingerprint"]
     assert stored["world_size"] == 1 and stored["input_shape"] == [8, 8, 1]
