@@ -11,7 +11,8 @@ trains resnet18_cifar (~2-4 s a step per rank on one core) beside digits_cnn in 
 interleaved repeats, so the short version takes well over half an hour on a 2-core host;
 `python bench/scaling.py --smoke` is the quick end-to-end check. Each figure prints its
 table (wall clock and CPU-seconds per image, the machine's load before and after) and
-writes <out_dir>/<name>.json; bench/plot.py turns those into docs/benchmarks.png.
+writes <out_dir>/<name>.json; bench/plot.py turns those into docs/benchmarks.png, and
+bench/report_doc.py keeps those docs/benchmarks.md shows and renders its tables.
 """
 import argparse
 import os
