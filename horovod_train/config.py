@@ -15,15 +15,6 @@ from horovod_train.data import available_datasets  # TF-free, like the zoo's
 from horovod_train.errors import check_choice, check_positive, check_range, usage_error
 from launch import contract
 
-# The name lists live in launch/contract.py (shared with the registry, the planner and
-# the launcher); re-exported here for the callers that import them from the config.
-BACKENDS = contract.BACKEND_CHOICES  # the registry's names and "auto"
-OPTIMIZERS = contract.OPTIMIZERS
-COLLECTIVES = contract.COLLECTIVES
-PRECISIONS = contract.PRECISIONS
-COMPRESSIONS = contract.COMPRESSIONS
-PROGRESS_MODES = contract.PROGRESS_MODES
-JIT_MODES = contract.JIT_MODES
 # Gradient buckets (backends/buckets.py): a few per ResNet-18 (44 MiB of gradients), so
 # the first ones travel while backprop runs; small models fit in one.
 DEFAULT_BUCKET_MB = 4.0
@@ -50,12 +41,12 @@ def check_field_choices(config) -> None:
 class SpeedConfig:
     """The levers: precision, accumulation, recomputation, compression."""
     precision: str = option("fp32", "Mixed precision: mixed_float16 adds dynamic loss scaling; "
-                            "logits and loss stay float32.", choices=PRECISIONS)
+                            "logits and loss stay float32.", choices=contract.PRECISIONS)
     grad_accum_steps: int = option(1, "Micro-batches of --batch_size per optimizer step "
                                    "(one allreduce per step).")
     gradient_checkpointing: bool = option(False, "Recompute each model block's activations in "
                                           "the backward pass.")
-    compression: str = option("none", "Gradients on the wire.", choices=COMPRESSIONS)
+    compression: str = option("none", "Gradients on the wire.", choices=contract.COMPRESSIONS)
     allreduce_bucket_mb: float | None = option(
         None, "Gradients are reduced in buckets of about this many MiB, last layers first, "
         "each sent as soon as backprop has produced it (overlapping the backward pass); 0 = "
@@ -68,7 +59,7 @@ class SpeedConfig:
                                    "inf at that step.")
     jit_compile: str = option(  # resolve_jit_compile says when auto is on
         "auto", "XLA-compile the forward/backward pass and the optimizer update (never the "
-        "collectives). auto = on with a GPU, off on CPU.", choices=JIT_MODES)
+        "collectives). auto = on with a GPU, off on CPU.", choices=contract.JIT_MODES)
 
     def __post_init__(self):
         check_field_choices(self)
@@ -100,7 +91,7 @@ def resolve_jit_compile(requested: str, visible_gpus: int, deterministic: bool =
     kernels is what XLA is for; off on CPU, where it measured slower (bench/xla.py: 1.3x
     to 2x the step time on 2 cores) and every new input shape costs a compile; off under
     op determinism, for which XLA lacks kernels (see RunConfig)."""
-    check_choice("--jit_compile", requested, JIT_MODES)
+    check_choice("--jit_compile", requested, contract.JIT_MODES)
     if requested == "auto":
         return visible_gpus > 0 and not deterministic
     return requested == "true"
@@ -146,7 +137,7 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    optimizer: str = option("adam", "The optimizer.", choices=OPTIMIZERS)
+    optimizer: str = option("adam", "The optimizer.", choices=contract.OPTIMIZERS)
     learning_rate: float = option(0.002, "Per-replica learning rate; multiplied by the world "
                                   "size (linear scaling), reached after --warmup_epochs.")
     momentum: float = option(0.9, "SGD momentum (sgd only).")
@@ -214,7 +205,7 @@ class TrainConfig:
 class RuntimeConfig:
     backend: str = option(
         "auto", "auto = horovod under horovodrun/mpirun/srun, mwms when only TF_CONFIG is "
-        "set, else local.", choices=BACKENDS)
+        "set, else local.", choices=contract.BACKEND_CHOICES)
     seed: int = option(42, "Random seed (same on every rank).")
     intra_op_threads: int = option(0, "TF intra-op threads per rank; 0 = TF_NUM_INTRAOP_THREADS, "
                                    "else SLURM_CPUS_PER_TASK, else cores / ranks on this host.")
@@ -223,7 +214,7 @@ class RuntimeConfig:
     deterministic: bool = option(False, "Enable TF op determinism "
                                  "(tf.config.experimental.enable_op_determinism).")
     collective: str = option("auto", "mwms collectives (CommunicationImplementation): ring "
-                             "(gRPC, CPUs) or nccl (GPUs).", choices=COLLECTIVES)
+                             "(gRPC, CPUs) or nccl (GPUs).", choices=contract.COLLECTIVES)
     collective_timeout_s: float = option(
         300.0, "Seconds a rank waits for its peers (a step, an evaluation, the chief's "
         "checkpoint write) before it ends the run instead of hanging (exit 75).")
@@ -291,7 +282,7 @@ class ObserveConfig:
     horovod_timeline: bool = option(False, "horovod: write Horovod's timeline to "
                                     "run_dir/timeline.json.")
     progress: str = option("auto", "auto = a bar with ETA on an interactive terminal (not "
-                           "under CI), plain lines otherwise.", choices=PROGRESS_MODES)
+                           "under CI), plain lines otherwise.", choices=contract.PROGRESS_MODES)
     baseline_samples_per_sec: float = option(0.0, "One rank's samples/s for scaling efficiency; "
                                              "0 = a stored 1-rank figure of the same config, "
                                              "if any.")

@@ -18,42 +18,6 @@ import re
 from horovod_train.errors import UsageError, usage_error
 from launch import contract
 
-# Each launcher's names are written once, in launch/contract.py (the sbatch templates
-# and the launcher read some of them too); kept here under the names this module has
-# always exported.
-HOROVOD_RANK = contract.HOROVOD_RANK
-HOROVOD_SIZE = contract.HOROVOD_SIZE
-HOROVOD_LOCAL_RANK = contract.HOROVOD_LOCAL_RANK
-HOROVOD_LOCAL_SIZE = contract.HOROVOD_LOCAL_SIZE
-OMPI_RANK = contract.OMPI_RANK
-OMPI_SIZE = contract.OMPI_SIZE
-OMPI_LOCAL_RANK = contract.OMPI_LOCAL_RANK
-OMPI_LOCAL_SIZE = contract.OMPI_LOCAL_SIZE
-PMI_RANK = contract.PMI_RANK
-PMIX_RANK = contract.PMIX_RANK
-PMI_SIZE = contract.PMI_SIZE
-MPI_LOCALRANKID = contract.MPI_LOCALRANKID
-MPI_LOCALNRANKS = contract.MPI_LOCALNRANKS
-SLURM_JOB_ID = contract.SLURM_JOB_ID
-SLURM_NTASKS = contract.SLURM_NTASKS
-SLURM_STEP_ID = contract.SLURM_STEP_ID
-SLURM_STEP_NUM_TASKS = contract.SLURM_STEP_NUM_TASKS
-SLURM_STEP_NUM_NODES = contract.SLURM_STEP_NUM_NODES
-SLURM_STEP_NODELIST = contract.SLURM_STEP_NODELIST
-SLURM_STEP_TASKS_PER_NODE = contract.SLURM_STEP_TASKS_PER_NODE
-SLURM_PROCID = contract.SLURM_PROCID
-SLURM_NODEID = contract.SLURM_NODEID
-SLURM_LOCALID = contract.SLURM_LOCALID
-SLURM_CPUS_PER_TASK = contract.SLURM_CPUS_PER_TASK
-SLURM_GPUS_PER_TASK = contract.SLURM_GPUS_PER_TASK
-SLURM_GPU_BIND = contract.SLURM_GPU_BIND
-CUDA_VISIBLE_DEVICES = contract.CUDA_VISIBLE_DEVICES
-# tf.distribute.
-TF_CONFIG = contract.ENV_TF_CONFIG
-# Our own: set by `python -m launch` for mwms ranks started by mpirun/horovodrun.
-TRAIN_HOSTS = contract.ENV_HOSTS  # "h1:2,h2:2", ranks fill hosts in order
-MWMS_PORT_BASE = contract.ENV_MWMS_PORT_BASE
-
 
 @dataclasses.dataclass(frozen=True)
 class LaunchInfo:
@@ -98,7 +62,7 @@ def local_position(hosts: list[str], index: int) -> tuple[int, int]:
 
 
 def _tf_config_info(env) -> LaunchInfo | None:
-    raw = env.get(TF_CONFIG)
+    raw = env.get(contract.ENV_TF_CONFIG)
     if not raw:
         return None
     try:
@@ -111,27 +75,34 @@ def _tf_config_info(env) -> LaunchInfo | None:
     return LaunchInfo("tf_config", index, len(hosts), local_rank, local_size)
 
 
+def _announced(env, launcher: str, rank: str, size: str, local_rank: str,
+               local_size: str) -> LaunchInfo:
+    """A launcher's position as it announces it under its own variable names."""
+    return LaunchInfo(launcher, _int(env, rank), _int(env, size, 1, low=1),
+                      _int(env, local_rank, 0), _int(env, local_size, 1, low=1))
+
+
 def launch_info(env=None) -> LaunchInfo:
     """Reads rank/size from whichever launcher started this process.
 
     Raises UsageError for the job's own shell (batch script, salloc) of a Slurm job of
     several tasks: one process there would train alone believing it is rank 0 of N."""
     env = os.environ if env is None else env
-    if HOROVOD_RANK in env:
-        return LaunchInfo("horovodrun", _int(env, HOROVOD_RANK), _int(env, HOROVOD_SIZE, 1, low=1),
-                          _int(env, HOROVOD_LOCAL_RANK, 0), _int(env, HOROVOD_LOCAL_SIZE, 1, low=1))
-    if OMPI_RANK in env:
+    if contract.HOROVOD_RANK in env:
+        return _announced(env, "horovodrun", contract.HOROVOD_RANK, contract.HOROVOD_SIZE,
+                          contract.HOROVOD_LOCAL_RANK, contract.HOROVOD_LOCAL_SIZE)
+    if contract.OMPI_RANK in env:
         # mpirun's own numbers, also when its daemons were started by an srun step.
-        return LaunchInfo("mpirun", _int(env, OMPI_RANK), _int(env, OMPI_SIZE, 1, low=1),
-                          _int(env, OMPI_LOCAL_RANK, 0), _int(env, OMPI_LOCAL_SIZE, 1, low=1))
+        return _announced(env, "mpirun", contract.OMPI_RANK, contract.OMPI_SIZE,
+                          contract.OMPI_LOCAL_RANK, contract.OMPI_LOCAL_SIZE)
     step = slurm_step(env)
-    if PMI_RANK in env and not (step and _pmi_is_the_step(env, step)):
-        return LaunchInfo("mpich", _int(env, PMI_RANK), _int(env, PMI_SIZE, 1, low=1),
-                          _int(env, MPI_LOCALRANKID, 0), _int(env, MPI_LOCALNRANKS, 1, low=1))
+    if contract.PMI_RANK in env and not (step and _pmi_is_the_step(env, step)):
+        return _announced(env, "mpich", contract.PMI_RANK, contract.PMI_SIZE,
+                          contract.MPI_LOCALRANKID, contract.MPI_LOCALNRANKS)
     if step is not None and step.size > 1:
         # srun's tasks, with PMI-2 or PMIx or none: Slurm knows each task's node.
         return LaunchInfo("srun", step.rank, step.size, step.local_rank, step.local_size)
-    if step is None and not env.get(TF_CONFIG):
+    if step is None and not env.get(contract.ENV_TF_CONFIG):
         _refuse_job_shell(env)
     return _tf_config_info(env) or LaunchInfo("none")
 
@@ -164,33 +135,35 @@ def slurm_step(env=None) -> SlurmStep | None:
     """This task of an srun step, or None outside one (no step, or the job's batch or
     interactive step). Every variable is checked against the others."""
     env = os.environ if env is None else env
-    if SLURM_STEP_NUM_TASKS not in env or not _is_normal_step(env.get(SLURM_STEP_ID)):
+    if (contract.SLURM_STEP_NUM_TASKS not in env
+            or not _is_normal_step(env.get(contract.SLURM_STEP_ID))):
         return None
-    size = _required_int(env, SLURM_STEP_NUM_TASKS, low=1)
-    nodes = _slurm_list(env, SLURM_STEP_NODELIST)
-    counts = _slurm_list(env, SLURM_STEP_TASKS_PER_NODE)
+    size = _required_int(env, contract.SLURM_STEP_NUM_TASKS, low=1)
+    nodes = _slurm_list(env, contract.SLURM_STEP_NODELIST)
+    counts = _slurm_list(env, contract.SLURM_STEP_TASKS_PER_NODE)
+    per_node, nodelist = env[contract.SLURM_STEP_TASKS_PER_NODE], env[contract.SLURM_STEP_NODELIST]
     if len(counts) != len(nodes):
-        raise _bad_variable(SLURM_STEP_TASKS_PER_NODE, env[SLURM_STEP_TASKS_PER_NODE],
+        raise _bad_variable(contract.SLURM_STEP_TASKS_PER_NODE, per_node,
                             f"one count per node of SLURM_STEP_NODELIST "
-                            f"({env[SLURM_STEP_NODELIST]!r}: {len(nodes)} nodes)")
-    _expect_equal(env, SLURM_STEP_NUM_TASKS, sum(counts),
-                  f"the sum of SLURM_STEP_TASKS_PER_NODE ({env[SLURM_STEP_TASKS_PER_NODE]!r})")
-    if SLURM_STEP_NUM_NODES in env:
-        _expect_equal(env, SLURM_STEP_NUM_NODES, len(nodes),
-                      f"the number of nodes in SLURM_STEP_NODELIST ({env[SLURM_STEP_NODELIST]!r})")
-    rank = _below(env, SLURM_PROCID, size, f"a rank below SLURM_STEP_NUM_TASKS={size}")
-    node = _below(env, SLURM_NODEID, len(nodes),
+                            f"({nodelist!r}: {len(nodes)} nodes)")
+    _expect_equal(env, contract.SLURM_STEP_NUM_TASKS, sum(counts),
+                  f"the sum of SLURM_STEP_TASKS_PER_NODE ({per_node!r})")
+    if contract.SLURM_STEP_NUM_NODES in env:
+        _expect_equal(env, contract.SLURM_STEP_NUM_NODES, len(nodes),
+                      f"the number of nodes in SLURM_STEP_NODELIST ({nodelist!r})")
+    rank = _below(env, contract.SLURM_PROCID, size, f"a rank below SLURM_STEP_NUM_TASKS={size}")
+    node = _below(env, contract.SLURM_NODEID, len(nodes),
                   f"a node index below SLURM_STEP_NUM_NODES={len(nodes)}")
-    local = _below(env, SLURM_LOCALID, counts[node],
+    local = _below(env, contract.SLURM_LOCALID, counts[node],
                    f"a local rank below this node's {counts[node]} tasks "
-                   f"(SLURM_STEP_TASKS_PER_NODE {env[SLURM_STEP_TASKS_PER_NODE]!r})")
+                   f"(SLURM_STEP_TASKS_PER_NODE {env[contract.SLURM_STEP_TASKS_PER_NODE]!r})")
     return SlurmStep(rank, size, local, counts[node], node, tuple(nodes), tuple(counts))
 
 
 def slurm_job_id(env=None) -> int | None:
     """SLURM_JOB_ID as a number; None outside a Slurm job."""
     env = os.environ if env is None else env
-    return _int(env, SLURM_JOB_ID)
+    return _int(env, contract.SLURM_JOB_ID)
 
 
 def _is_normal_step(step_id) -> bool:
@@ -206,15 +179,16 @@ def _pmi_is_the_step(env, step: SlurmStep) -> bool:
     """srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE to the task's own numbers. Hydra (mpiexec
     in a Slurm job) starts its proxies with srun, and its ranks inherit a step that is
     the proxies': its numbers differ, and then they are Hydra's to tell."""
-    return _int(env, PMI_RANK) == step.rank and _int(env, PMI_SIZE, 1, low=1) == step.size
+    return (_int(env, contract.PMI_RANK) == step.rank
+            and _int(env, contract.PMI_SIZE, 1, low=1) == step.size)
 
 
 def _refuse_job_shell(env) -> None:
-    ntasks = _int(env, SLURM_NTASKS, 1, low=1)
-    if SLURM_JOB_ID not in env or ntasks == 1:
+    ntasks = _int(env, contract.SLURM_NTASKS, 1, low=1)
+    if contract.SLURM_JOB_ID not in env or ntasks == 1:
         return  # not in a Slurm job, or a 1-task job: one process is the whole job
     raise usage_error(
-        f"Slurm job {env[SLURM_JOB_ID]} (SLURM_NTASKS={ntasks})",
+        f"Slurm job {env[contract.SLURM_JOB_ID]} (SLURM_NTASKS={ntasks})",
         "a process outside any srun step (no SLURM_STEP_NUM_TASKS: the job's batch script "
         f"or salloc shell, where one process would train alone as rank 0 of {ntasks})",
         f"one process per task, started by srun (which sets SLURM_STEP_NUM_TASKS and "
@@ -226,7 +200,7 @@ def _refuse_job_shell(env) -> None:
 def _slurm_list(env, name: str) -> list:
     from launch.errors import LaunchError
     from launch.slurm_nodes import expand_nodelist, expand_tasks_per_node
-    expand = expand_nodelist if name == SLURM_STEP_NODELIST else expand_tasks_per_node
+    expand = expand_nodelist if name == contract.SLURM_STEP_NODELIST else expand_tasks_per_node
     if name not in env:
         raise _missing(name)
     try:
@@ -270,11 +244,13 @@ def check_mpi_wired(env=None) -> None:
     so under srun the horovod backend always needs MPI."""
     env = os.environ if env is None else env
     info = launch_info(env)
-    if info.launcher != "srun" or info.size < 2 or PMIX_RANK in env or PMI_RANK in env:
+    wired = contract.PMIX_RANK in env or contract.PMI_RANK in env
+    if info.launcher != "srun" or info.size < 2 or wired:
         return
     raise UsageError(
-        f"srun: received a step of {info.size} tasks without an MPI plugin (no {PMIX_RANK} or "
-        f"{PMI_RANK} in the task's environment); expected srun to wire the ranks for "
+        f"srun: received a step of {info.size} tasks without an MPI plugin (no "
+        f"{contract.PMIX_RANK} or {contract.PMI_RANK} in the task's environment); expected srun "
+        f"to wire the ranks for "
         f"Horovod's MPI. Fix: run srun --mpi=pmix ... (see srun --mpi=list), or submit the "
         f"script `python -m launch slurm` renders")
 
@@ -287,12 +263,12 @@ def gpus_bound_per_task(env=None) -> bool:
     task unless --gpu-bind=none). Only srun's own tasks count: an mpirun inside an
     sbatch job inherits SLURM_GPUS_PER_TASK without any binding."""
     env = os.environ if env is None else env
-    listed = [d.strip() for d in env.get(CUDA_VISIBLE_DEVICES, "").split(",") if d.strip()]
+    listed = [d.strip() for d in env.get(contract.CUDA_VISIBLE_DEVICES, "").split(",") if d.strip()]
     if len(listed) == 1 and listed[0] != "-1":
         return True
-    if not env.get(SLURM_GPUS_PER_TASK) or launch_info(env).launcher != "srun":
+    if not env.get(contract.SLURM_GPUS_PER_TASK) or launch_info(env).launcher != "srun":
         return False
-    return "none" not in env.get(SLURM_GPU_BIND, "").split(",")
+    return "none" not in env.get(contract.SLURM_GPU_BIND, "").split(",")
 
 
 def default_intra_op_threads(local_size: int, cores: int | None = None, env=None) -> int:
@@ -309,7 +285,7 @@ def default_intra_op_threads(local_size: int, cores: int | None = None, env=None
     given = _thread_count(env, contract.ENV_TF_INTRAOP_THREADS)
     if given:
         return given
-    per_task = _thread_count(env, SLURM_CPUS_PER_TASK, low=1)
+    per_task = _thread_count(env, contract.SLURM_CPUS_PER_TASK, low=1)
     if per_task:
         return max(1, min(per_task, cores or per_task))
     return contract.threads_per_rank(cores, local_size)

@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ET
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 HOROVODRUN = os.path.join(os.path.dirname(PY), "horovodrun")
+REPO_PLACEHOLDER = "HOROVOD_GIT_DIR"  # a clone's .git, e.g. of github.com/horovod/horovod
 TEST_PATH = "test/parallel/test_tensorflow2_keras.py"  # where Horovod keeps it
 FILE_NAME = "test_tensorflow2_keras.py"
 HOROVOD_MODULE = "horovod.tensorflow.keras"
@@ -314,6 +315,21 @@ def tree_state(module: str) -> str:
         " + uncommitted changes in horovod_train/" if dirty else "")
 
 
+def shown_command(argv) -> str:
+    """The command as the doc shows it: this machine's Horovod git dir is no reader's, so
+    --horovod_repo's value is a placeholder."""
+    shown, hide = [], False
+    for arg in argv:
+        if hide:
+            arg, hide = REPO_PLACEHOLDER, False
+        elif arg == "--horovod_repo":
+            hide = True
+        elif arg.startswith("--horovod_repo="):
+            arg = f"--horovod_repo={REPO_PLACEHOLDER}"
+        shown.append(shlex.quote(arg))
+    return " ".join(["python scripts/horovod_keras_suite.py", *shown])
+
+
 def markdown_section(module, rows, applied, command, code, np_=2, state="") -> str:
     """One module's section: date, command, mends, table, counts (between markers)."""
     today = datetime.date.today().isoformat()
@@ -398,8 +414,7 @@ def main(argv=None) -> int:
         print(f"\n(timed out or a rank wrote no report; the log's last lines:)\n"
               + "\n".join(open(log_path, errors="replace").read().splitlines()[-15:]))
     if args.markdown:
-        shown = "python scripts/horovod_keras_suite.py " + " ".join(
-            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        shown = shown_command(argv if argv is not None else sys.argv[1:])
         write_markdown(args.markdown, args.module,
                        markdown_section(args.module, rows, applied, shown, code, args.np_, state))
     return 0

@@ -152,9 +152,11 @@ _TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\b")
 
 
 def placeholders(text: str, tmp: str) -> str:
-    """Stable text for the table: temp dir, interpreter, repo, host, pids, times replaced."""
+    """Stable text for the table: temp dir, interpreter (and the tools beside it, such as
+    horovodrun), repo, host, pids, times replaced."""
     text = text.replace(os.path.realpath(tmp), "<tmp>").replace(tmp, "<tmp>")
-    text = text.replace(sys.executable, "python").replace(ROOT + os.sep, "")
+    text = text.replace(sys.executable, "python").replace(os.path.dirname(sys.executable) + os.sep, "")
+    text = text.replace(ROOT + os.sep, "")
     host = socket.gethostname()
     text = re.sub(rf"\b{re.escape(host)}\b", "<host>", text)
     return _TIME.sub("<time>", _PID.sub(r"\1<pid>", text))

@@ -206,7 +206,7 @@ main() {
   install_requirements
   install_horovod
   install_package
-  log "ready: $VENV"
+  log "ready: ${VENV#"$ROOT"/}"  # relative to the repository when inside it
 }
 
 main "$@"

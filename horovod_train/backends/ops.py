@@ -33,6 +33,9 @@ class ReduceOp(enum.Enum):
 # The facts a script can ask about the communication library (hvd.mpi_enabled(), ...).
 FACT_NAMES = ("mpi_enabled", "mpi_built", "mpi_threads_supported", "gloo_enabled",
               "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built")
+# The trainer's flag; why it is not called --timeline: config.ObserveConfig.horovod_timeline.
+TIMELINE_FIX = ("run under the horovod backend, where the trainer's --horovod_timeline (with "
+                "--run_dir) writes run_dir/timeline.json, or use TensorBoard's profiler")
 
 
 def split_sizes(first_dim: int, size: int) -> list[int]:
@@ -111,12 +114,10 @@ class TensorOps:
         """Leaves the job where the library can (Horovod); others keep their runtime."""
 
     def start_timeline(self, file_path, mark_cycles=False):
-        raise self.unsupported("start_timeline", "pass --timeline to the CLI, or use "
-                               "TensorBoard's profiler")
+        raise self.unsupported("start_timeline", TIMELINE_FIX)
 
     def stop_timeline(self):
-        raise self.unsupported("stop_timeline", "pass --timeline to the CLI, or use "
-                               "TensorBoard's profiler")
+        raise self.unsupported("stop_timeline", TIMELINE_FIX)
 
 
 def _scaled(tensor, factor):

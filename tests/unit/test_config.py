@@ -36,12 +36,17 @@ def test_bad_values_name_flag_value_and_fix(build, fragments):
         assert fragment in message
 
 
-def test_name_lists_and_the_port_default_are_the_contracts():
+def test_choices_and_the_port_default_are_the_contracts():
+    from horovod_train import flags
     from launch import contract
-    assert cfg.BACKENDS == contract.BACKEND_CHOICES == ("auto",) + contract.BACKENDS
-    for name in ("OPTIMIZERS", "COLLECTIVES", "PRECISIONS", "COMPRESSIONS", "PROGRESS_MODES",
-                 "JIT_MODES"):
-        assert getattr(cfg, name) == getattr(contract, name), name
+    assert contract.BACKEND_CHOICES == ("auto",) + contract.BACKENDS
+    expected = {"backend": contract.BACKEND_CHOICES, "optimizer": contract.OPTIMIZERS,
+                "collective": contract.COLLECTIVES, "precision": contract.PRECISIONS,
+                "compression": contract.COMPRESSIONS, "progress": contract.PROGRESS_MODES,
+                "jit_compile": contract.JIT_MODES}
+    choices = {field.name: field.metadata["choices"] for _owner, field in flags.option_fields()
+               if field.name in expected}
+    assert choices == expected
     assert cfg.RuntimeConfig().mwms_port_base == contract.DEFAULT_MWMS_PORT_BASE
 
 

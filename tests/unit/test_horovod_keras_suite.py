@@ -179,3 +179,11 @@ def test_a_missing_dependency_of_the_test_file_names_its_install(monkeypatch):
     with pytest.raises(suite.BadInput, match="importing no_such_dep_z failed.*"
                                              "fix: pip install no_such_dep_z"):
         suite.check_importable("json")
+
+
+def test_the_shown_command_hides_this_machines_horovod_repo():
+    shown = suite.shown_command(["--horovod_repo", "/home/me/horovod/.git", "--module",
+                                 "horovod.tensorflow.keras", "--markdown", "docs/x y.md"])
+    assert shown == ("python scripts/horovod_keras_suite.py --horovod_repo HOROVOD_GIT_DIR "
+                     "--module horovod.tensorflow.keras --markdown 'docs/x y.md'")
+    assert suite.shown_command(["--horovod_repo=/srv/h"]).endswith("--horovod_repo=HOROVOD_GIT_DIR")

@@ -28,9 +28,11 @@ def test_last_line_is_stderrs_last_without_the_absl_prefix():
 def test_placeholders_hide_temp_paths_interpreter_repo_and_pids():
     tmp = "/tmp/hostile-abc123"
     text = (f"{sys.executable} -m horovod_train --run_dir={tmp}/run ({ROOT}/horovod_train/x.py) "
+            f"under {os.path.join(os.path.dirname(sys.executable), 'horovodrun')} "
             f"held by pid 4242 on {socket.gethostname()} since 2026-12-01T11:40:25")
     assert hi.placeholders(text, tmp) == ("python -m horovod_train --run_dir=<tmp>/run "
-                                          "(horovod_train/x.py) held by pid <pid> on <host> "
+                                          "(horovod_train/x.py) under horovodrun "
+                                          "held by pid <pid> on <host> "
                                           "since <time>")
 
 

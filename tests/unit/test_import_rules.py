@@ -1,4 +1,4 @@
-"""The layering rules of shared/DESIGN.md, checked on the source's syntax trees (no import
+"""The layering rules of docs/design.md, checked on the source's syntax trees (no import
 of TensorFlow, Horovod or the code under test).
 
 - Horovod is imported only in horovod_train/backends/horovod*.py.

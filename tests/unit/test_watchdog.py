@@ -95,7 +95,7 @@ def test_our_own_file_names_in_the_node_stack_do_not_make_an_error_a_peer_loss()
     """TF appends the failing node's Python stack, which names horovod_train/...: a
     local error must not be reported as a lost peer (exit 75) because of that."""
     text = ("Graph execution error:\n\nDetected at node Timestamp defined at (most recent "
-            "call last):\n  File \"/work/horovod_train/loop.py\", line 184, in _one_step\n\n"
+            "call last):\n  File \"/home/user/src/horovod_train/loop.py\", line 184, in _one_step\n\n"
             "Timestamp cannot be called when determinism is enabled\n\t [[{{node Timestamp}}]]")
     assert describe_peer_loss(FailedPreconditionError(text)) is None
     lost = describe_peer_loss(UnknownError(text.replace(

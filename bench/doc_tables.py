@@ -1,0 +1,193 @@
+"""docs/benchmarks.md's tables, each from the kept JSON of the script that measures it
+(bench/report_doc.py keeps the results and writes the doc). Pure: a result in, Markdown
+out; tests/unit/test_bench_report_doc.py checks them on made-up results.
+
+Every block starts with the line that says where and how its figures were measured
+(`conditions`), so a table never travels without its machine and load. The M3-M5 tables
+of bench/comm.py are in bench/doc_tables_comm.py.
+"""
+import statistics
+
+from bench import common, input_pipeline, scaling_report
+
+
+def markdown(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def host(machine: dict) -> str:
+    """'AMD EPYC, 2 CPUs, AVX-512': the CPU, its count, its widest vector unit."""
+    flags = machine.get("Flags", "").split()
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{machine.get('Model name', 'unknown CPU')}, {machine.get('cpus', '?')} CPUs, {vector}"
+
+
+def conditions(r: dict, label: str = "", extra: str = "") -> str:
+    """'*AMD EPYC, 2 CPUs, AVX2; the full version; load 0.7 -> 2.2 (1-minute average);
+    326 s.*': where and how a result was measured (label: which run; extra: repeats)."""
+    before, after = (r.get(k) or ["?"] for k in ("load_before", "load_after"))
+    parts = [f"{label}: {host(r.get('machine', {}))}" if label else host(r.get("machine", {})),
+             "the `--short` version" if r.get("short") else "the full version", extra,
+             f"load {before[0]} -> {after[0]} (1-minute average)", f"{r.get('seconds', 0):,.0f} s"]
+    return "*" + "; ".join(p for p in parts if p) + ".*"
+
+
+def ranged(value: float, bounds, digits: int = 3) -> str:
+    return f"{value:.{digits}f} ({bounds[0]:.{digits}f}-{bounds[1]:.{digits}f})"
+
+
+def pct(x: float, sign: bool = False) -> str:
+    return f"{100 * x:+.0f}%" if sign else f"{100 * x:.0f}%"
+
+
+# --- M1 ------------------------------------------------------------------------------
+
+M1_ROWS = {"ours": "ours (horovod_train, local)", "keras_fit": "plain Keras model.fit",
+           "keras_fit_pooled": "model.fit with our CPU allocator choice"}
+
+
+def m1_overhead(r: dict) -> str:
+    rows = []
+    for name, label in M1_ROWS.items():
+        rounds = [statistics.fmean(run["per_rank"]) for run in r["runs"][name]]
+        mean, ci = common.mean_ci(r["merged"][name]["per_rank"])
+        rows.append([label, ", ".join(f"{x:.0f}" for x in rounds), f"{mean:.1f} +- {ci:.1f}"])
+    table = markdown(["run", "img/s per round", "img/s (mean +- 1.96 sd over log intervals)"],
+                     rows)
+    return "\n".join([conditions(r), "", table, "",
+                      f"Step time ours / fit = **{r['step_time_ratio']:.3f}**; ours / fit with "
+                      f"the same allocator = {r['step_time_ratio_pooled']:.3f} (target <= "
+                      f"{r['target']})."])
+
+
+# --- M2 ------------------------------------------------------------------------------
+
+M2_ROWS = {"ours/gloo": "**ours, Gloo**", "ours/mpi": "**ours, MPI**",
+           "bare/gloo": "bare Horovod loop, Gloo", "bare/mpi": "bare Horovod loop, MPI",
+           "mwms": "ours, mwms (vs ours, 1 rank)",
+           "ours/gloo/bucket4": "ours, Gloo, `--allreduce_bucket_mb=4`",
+           "ceiling": "ceiling: 2 processes, no communication"}
+ONE_RANK = {"ours/1": "ours", "bare/1": "bare Horovod loop", "solo/1": "ours with `--backend=local`"}
+
+
+def efficiency_cells(e: dict) -> list:
+    return [ranged(e["wall"], e["wall_range"]), ranged(e["cpu"], e["cpu_range"]),
+            pct(e["work"]), pct(e["extra_cpu"], sign=True), pct(e["waiting"], sign=True)]
+
+
+def one_rank_line(reps: list) -> str:
+    parts = []
+    for run, label in ONE_RANK.items():
+        if run in reps[0]:
+            rates = [rep[run]["rate"] for rep in reps]
+            spread = f" ({min(rates):.2f}-{max(rates):.2f})" if len(rates) > 1 else ""
+            parts.append(f"{label} {statistics.fmean(rates):.2f} img/s{spread}")
+    return "1 rank: " + ", ".join(parts) + "."
+
+
+def m2_efficiency(r: dict, model: str) -> str:
+    """Efficiency of every 2-rank run of `model` against its 1-rank run, and the split."""
+    fig = r["models"][model]
+    eff = fig["efficiency"]
+    rows = [[label, *efficiency_cells(eff[key])] for key, label in M2_ROWS.items() if key in eff]
+    table = markdown(["run", "wall efficiency (range)", "CPU efficiency (range)", "1-rank work",
+                      "extra CPU", "waiting"], rows)
+    return "\n".join([conditions(r, extra=f"{len(fig['runs'])} interleaved repeats"), "", table,
+                      "", one_rank_line(fig["runs"])])
+
+
+def m2_overlap(r: dict, model: str) -> str:
+    """Gradient buckets during backprop against one grouped call after it (same repeats)."""
+    fig = r["models"][model]
+    eff = fig["efficiency"]
+    arms = scaling_report.overlap_arms(eff)
+    rows = []
+    for label, key, run in arms:
+        share = fig["comm_share"].get(run)
+        rate = statistics.fmean(rep[run]["rate"] for rep in fig["runs"])
+        rows.append([f"`{label}`" if label.startswith("--") else label,
+                     ranged(eff[key]["wall"], eff[key]["wall_range"]),
+                     ranged(eff[key]["cpu"], eff[key]["cpu_range"]),
+                     pct(eff[key]["waiting"], sign=True),
+                     pct(share) if share is not None else "-", f"{fig['batch'] / rate:.2f}"])
+    (_, buckets, _), (_, one_call, _) = arms
+    table = markdown(["`--allreduce_bucket_mb`", "wall efficiency (range)",
+                      "CPU efficiency (range)", "waiting", "exposed comm share", "s/step"], rows)
+    ratio = (f"Buckets / one call: x{common.ratio(eff[buckets]['wall'], eff[one_call]['wall']):.3f}"
+             f" in wall clock, x{common.ratio(eff[buckets]['cpu'], eff[one_call]['cpu']):.3f} "
+             "in CPU.")
+    return "\n".join([conditions(r), "", table, "", ratio])
+
+
+def m2_binding(r: dict) -> str:
+    """Ranks bound each to its own core (the default) against unbound, ours under Gloo."""
+    rows = []
+    for model, fig in r["models"].items():
+        eff = fig["efficiency"]
+        if "ours/gloo/unbound" not in eff:
+            continue
+        bound, free = eff["ours/gloo"], eff["ours/gloo/unbound"]
+        rows.append([model, ranged(bound["wall"], bound["wall_range"]),
+                     ranged(free["wall"], free["wall_range"]),
+                     f"x{common.ratio(bound['wall'], free['wall']):.3f}",
+                     f"{bound['cpu']:.3f} / {free['cpu']:.3f}"])
+    return "\n".join([conditions(r), "", markdown(
+        ["model", "bound: wall efficiency (range)", "unbound (range)", "bound / unbound",
+         "CPU efficiency bound / unbound"], rows)])
+
+
+# --- M6 ------------------------------------------------------------------------------
+
+def m6_input(r: dict) -> str:
+    rows = [[c["case"], f"{c['pipeline']:,.0f}", f"{c['consumer']:,.0f}",
+             f"{c['headroom']:.1f}x", f"{100 * c['data_wait']:.1f}%",
+             f"{100 * c['floor_wait']:.1f}%"] for c in r["cases"]]
+    return "\n".join([conditions(r), "", markdown(
+        ["case", "pipeline ex/s", "consumer ex/s", "headroom", "data wait", "floor"], rows)])
+
+
+def m6_ab(r: dict) -> str:
+    """An A/B run of input_pipeline.py (--ab N): per variant, each column's median [min, max]."""
+    columns = [c for c in input_pipeline.AB_COLUMNS if c[0] in r["cases"][0] and c[0] != "load"]
+    rows = []
+    for variant in dict.fromkeys(c["variant"] for c in r["cases"]):
+        mine = [c for c in r["cases"] if c["variant"] == variant]
+        cells = [variant, len(mine)]
+        for key, scale, fmt, _ in columns:
+            values = [scale * c[key] for c in mine]
+            cells.append(f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, "
+                         f"{fmt.format(max(values))}]")
+        rows.append(cells)
+    headers = ["variant", "runs"] + [f"{header}, median [min, max]" for *_, header in columns]
+    return "\n".join([conditions(r), "", markdown(headers, rows)])
+
+
+# --- XLA, start-up and memory ----------------------------------------------------------
+
+def xla(r: dict) -> str:
+    rows = [[x["model"], x["batch"], f"{1e3 * x['plain_s']:.1f}", f"{1e3 * x['xla_s']:.1f}",
+             f"{x['ratio']:.2f}"] for x in r["models"]]
+    return "\n".join([conditions(r), "", markdown(
+        ["model", "batch", "plain ms/step", "xla ms/step", "xla / plain"], rows)])
+
+
+def epochs_memory(r: dict) -> str:
+    """Every run of both arms, round by round, and the worst rank's ratios."""
+    rows = []
+    for name, runs in r["arms"].items():
+        for round_, run in enumerate(runs, 1):
+            rows.append([round_, f"`--{name}`", f"{run['steps']:,}",
+                         " / ".join(f"{v:.1f}" for v in run["first_step_s"]),
+                         " / ".join(f"{v:.0f}" for v in run["peak_rss_mb"]),
+                         f"{run['wall_s']:.1f}"])
+    rows.sort(key=lambda row: row[0])  # the order they ran in: alternating
+    verdicts = [[what, f"{r[key]:.3f}", f"<= {r['target']:g}",
+                 "met" if r[key] <= r["target"] else "**missed**"]
+                for key, what in (("rss_ratio", "peak RSS"), ("first_step_ratio", "first step"))]
+    return "\n".join([
+        conditions(r), "",
+        markdown(["round", "arm", "steps", "first step, s (each rank)",
+                  "peak RSS, MiB (each rank)", "wall of the run, s"], rows), "",
+        markdown(["many epochs / one, worst rank", "ratio", "target", "verdict"], verdicts)])

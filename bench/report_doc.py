@@ -1,0 +1,120 @@
+"""docs/benchmarks.md's tables, rendered from benchmark results kept in the repository.
+
+    python bench/report_doc.py keep NAME [--as LABEL] [--in_dir runs/bench]
+    python bench/report_doc.py doc
+
+runs/ is not tracked, so a run that the doc shows is kept: `keep` copies
+runs/bench/NAME.json (what bench/run_all.py or one figure script wrote), without the raw
+samples no table shows, to docs/bench-results/LABEL.json (LABEL defaults to NAME; e.g.
+`keep comm --as comm_run2` for a second run beside the first). `doc` rewrites every
+<!-- begin BLOCK --> ... <!-- end BLOCK --> block of docs/benchmarks.md from the kept
+results, as BLOCKS says; the text around the blocks is written by hand and kept.
+tests/unit/test_bench_report_doc.py fails when the doc and its rendering differ.
+
+To have a table rendered: run its script, keep the result, add the block to BLOCKS
+(the tables are bench/doc_tables*.py's functions) and its markers to the doc, then `doc`.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import common, doc_tables  # noqa: E402
+
+KEPT = os.path.join(common.ROOT, "docs", "bench-results")
+DOC = os.path.join(common.ROOT, "docs", "benchmarks.md")
+# Raw samples behind a figure's means and medians, dropped when a result is kept: the
+# tables show the figures made of them, and these are most of a result's bytes.
+SAMPLES = frozenset({"per_rank", "summary_per_rank", "data_share", "plain_blocks_s",
+                     "xla_blocks_s", "step_blocks_s", "check_samples_s", "rounds"})
+# Of the machine: what a table's conditions line names.
+MACHINE = ("Model name", "cpus", "Flags", "L2 cache", "L3 cache", "python")
+# Figures whose tables need their samples (M1's per-round rates come from them).
+KEEP_SAMPLES = frozenset({"m1_overhead"})
+
+
+def trim(result, samples=SAMPLES):
+    """The result without its raw samples (at any depth) and with the machine's few lines."""
+    if isinstance(result, list):
+        return [trim(x, samples) for x in result]
+    if not isinstance(result, dict):
+        return result
+    out = {k: trim(v, samples) for k, v in result.items()
+           if not (k in samples and isinstance(v, (list, dict)))}  # a count of rounds stays
+    if isinstance(out.get("machine"), dict):
+        out["machine"] = {k: v for k, v in out["machine"].items() if k in MACHINE}
+    return out
+
+
+def keep(name: str, label: str = "", in_dir: str = common.OUT_DIR) -> str:
+    source = os.path.join(in_dir, f"{name}.json")
+    if not os.path.isfile(source):
+        raise SystemExit(f"keep: received {source}, which does not exist; expected a result "
+                         f"of bench/run_all.py or a figure script. Fix: run it first, or pass "
+                         f"--in_dir with the directory that holds {name}.json")
+    with open(source) as f:
+        result = json.load(f)
+    kept = trim(result, frozenset() if name in KEEP_SAMPLES else SAMPLES)
+    os.makedirs(KEPT, exist_ok=True)
+    path = os.path.join(KEPT, f"{label or name}.json")
+    with open(path, "w") as f:
+        json.dump(kept, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return path
+
+
+def kept(label: str) -> dict:
+    path = os.path.join(KEPT, f"{label}.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"{DOC}: a block needs {path}, which does not exist; expected a kept "
+                         f"result. Fix: python bench/report_doc.py keep NAME --as {label}")
+    with open(path) as f:
+        return json.load(f)
+
+
+# Block name in the doc -> its table, from the kept results it names.
+BLOCKS = {
+    "epochs-memory": lambda: doc_tables.epochs_memory(kept("epochs_memory")),
+}
+
+
+def render(doc: str, blocks=None) -> str:
+    """`doc` with each <!-- begin NAME --> ... <!-- end NAME --> block made anew."""
+    for name, table in (BLOCKS if blocks is None else blocks).items():
+        begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+        head, found, rest = doc.partition(begin)
+        if not found:
+            raise SystemExit(f"{DOC}: no '{begin}' marker; expected one per block of "
+                             f"bench/report_doc.py's BLOCKS. Fix: put the markers where the "
+                             f"table goes, or take {name!r} out of BLOCKS")
+        _, found, tail = rest.partition(end)
+        if not found:
+            raise SystemExit(f"{DOC}: '{begin}' has no '{end}'. Fix: close the block")
+        doc = f"{head}{begin}\n{table()}\n{end}{tail}"
+    return doc
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    k = sub.add_parser("keep", help="store a result, trimmed, in docs/bench-results/")
+    k.add_argument("name", help="the result's file name in --in_dir, without .json")
+    k.add_argument("--as", dest="label", default="", help="the kept file's name (default NAME)")
+    k.add_argument("--in_dir", default=common.OUT_DIR)
+    sub.add_parser("doc", help="rewrite docs/benchmarks.md's blocks from the kept results")
+    args = parser.parse_args(argv)
+    if args.command == "keep":
+        print(f"wrote {keep(args.name, args.label, args.in_dir)}")
+        return 0
+    with open(DOC) as f:
+        doc = f.read()
+    with open(DOC, "w") as f:
+        f.write(render(doc))
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""docs/benchmarks.md's rendered tables are the kept results' (python bench/report_doc.py
+doc writes them), and each table function reads a result the way its script writes it:
+made-up results here, of the scripts' own shapes (bench/scaling.figures builds M2's)."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench import doc_tables, doc_tables_comm, report_doc, scaling  # noqa: E402
+
+RUN = {"short": False, "load_before": [0.5, 0.6, 0.7], "load_after": [1.5, 1.0, 0.9],
+       "seconds": 1234.5, "machine": {"Model name": "AMD EPYC", "cpus": 2, "Flags": "fma avx2"}}
+
+
+def test_docs_benchmarks_md_is_its_rendering():
+    doc = (REPO / "docs" / "benchmarks.md").read_text()
+    assert report_doc.render(doc) == doc, "docs/benchmarks.md is stale: run python bench/report_doc.py doc"
+
+
+def test_every_block_renders_from_a_kept_result():
+    kept = {path.stem for path in (REPO / "docs" / "bench-results").glob("*.json")}
+    assert report_doc.BLOCKS and kept
+    for name, table in report_doc.BLOCKS.items():
+        assert table().count("\n| ") >= 2, name  # a table with rows, not an empty block
+
+
+def test_render_refuses_a_block_without_markers():
+    with pytest.raises(SystemExit, match="no '<!-- begin t -->' marker"):
+        report_doc.render("text", {"t": lambda: "| a |"})
+    with pytest.raises(SystemExit, match="has no '<!-- end t -->'"):
+        report_doc.render("<!-- begin t -->\nold", {"t": lambda: "| a |"})
+    doc = "head\n<!-- begin t -->\nold\n<!-- end t -->\ntail"
+    assert report_doc.render(doc, {"t": lambda: "new"}) == "head\n<!-- begin t -->\nnew\n<!-- end t -->\ntail"
+
+
+def test_keep_drops_the_samples_and_the_machines_extras(tmp_path, monkeypatch):
+    result = {**RUN, "rounds": 3, "models": [{"model": "m", "plain_s": 0.1, "plain_blocks_s": [0.1] * 50}],
+              "machine": {**RUN["machine"], "Socket(s)": "1", "load_average": [1, 2, 3]}}
+    (tmp_path / "xla.json").write_text(json.dumps(result))
+    monkeypatch.setattr(report_doc, "KEPT", str(tmp_path / "kept"))
+    path = report_doc.keep("xla", "xla_hostc", str(tmp_path))
+    assert os.path.basename(path) == "xla_hostc.json"
+    kept = json.loads(Path(path).read_text())
+    assert kept["models"] == [{"model": "m", "plain_s": 0.1}] and kept["rounds"] == 3
+    assert kept["machine"] == RUN["machine"]
+    with pytest.raises(SystemExit, match="does not exist"):
+        report_doc.keep("nothing", in_dir=str(tmp_path))
+
+
+def test_conditions_name_the_host_version_and_load():
+    line = doc_tables.conditions({**RUN, "machine": {**RUN["machine"], "Flags": "avx2 avx512f"}})
+    assert line == ("*AMD EPYC, 2 CPUs, AVX-512; the full version; load 0.5 -> 1.5 "
+                    "(1-minute average); 1,234 s.*")
+
+
+def _run(rate, cpu, ranks=2, comm=()):
+    return {"rate": rate, "cpu": cpu, "ranks": ranks, "comm_share": list(comm),
+            "chosen_env": True, "load_after": [2.0, 2.1, 2.2]}
+
+
+def _m2():
+    """scaling.figures over two made-up repeats of both models, every run of a full round."""
+    def rep(slower):
+        return {"ours/1": _run(5.0, 0.20, 1), "bare/1": _run(5.2, 0.19, 1),
+                "solo/1": _run(5.5, 0.19, 1), "solo/2": _run(5.2, 0.195),
+                "ours/2/gloo": _run(4.8 - slower, 0.205, comm=[0.05]), "ours/2/mpi": _run(4.5, 0.21),
+                "bare/2/gloo": _run(4.0, 0.21), "bare/2/mpi": _run(3.9, 0.22),
+                "mwms/2": _run(3.0, 0.25), "ours/2/gloo/bucket4": _run(4.0, 0.23, comm=[0.01]),
+                "ours/2/gloo/unbound": _run(4.4, 0.2)}
+    reps = {m.name: [rep(0.0), rep(0.2)] for m in scaling.MODELS}
+    return {**scaling.figures(reps, "short"), **RUN}
+
+
+def test_m2_efficiency_rows_split_and_one_rank_rates():
+    text = doc_tables.m2_efficiency(_m2(), "resnet18_cifar")
+    # ours Gloo: 4.7 / 5.0 = 0.940 (repeats 0.92-0.96); CPU 0.2 / 0.205 = 0.976.
+    assert "| **ours, Gloo** | 0.940 (0.920-0.960) | 0.976 (0.976-0.976) | 94% | +2% | +4% |" in text
+    assert "| ceiling: 2 processes, no communication | 0.945 (0.945-0.945) |" in text
+    assert "; the full version; 2 interleaved repeats; load 0.5 -> 1.5" in text
+    assert text.endswith("1 rank: ours 5.00 img/s (5.00-5.00), bare Horovod loop 5.20 img/s "
+                         "(5.20-5.20), ours with `--backend=local` 5.50 img/s (5.50-5.50).")
+
+
+def test_m2_overlap_and_binding():
+    r = _m2()
+    overlap = doc_tables.m2_overlap(r, "resnet18_cifar")
+    # buckets 4.0 img/s per rank at batch 32: 8.00 s/step; one call 4.7: 6.81.
+    assert "| `--allreduce_bucket_mb=4` | 0.800 (0.800-0.800) |" in overlap
+    assert "| 1% | 8.00 |" in overlap and "| 5% | 6.81 |" in overlap
+    assert "Buckets / one call: x0.851 in wall clock" in overlap
+    binding = doc_tables.m2_binding(r)
+    assert "| digits_cnn | 0.940 (0.920-0.960) | 0.880 (0.880-0.880) | x1.068 | 0.976 / 1.000 |" in binding
+
+
+def test_m1_rounds_and_ratios():
+    runs = {"ours": [{"per_rank": [240, 250]}, {"per_rank": [280]}],
+            "keras_fit": [{"per_rank": [270]}, {"per_rank": [290]}],
+            "keras_fit_pooled": [{"per_rank": [300]}, {"per_rank": [300]}]}
+    r = {**RUN, "runs": runs, "target": 1.02, "step_time_ratio": 1.047,
+         "step_time_ratio_pooled": 1.095,
+         "merged": {k: {"per_rank": [x for run in v for x in run["per_rank"]]} for k, v in runs.items()}}
+    text = doc_tables.m1_overhead(r)
+    assert "| ours (horovod_train, local) | 245, 280 | 256.7 +- " in text
+    assert "ours / fit = **1.047**; ours / fit with the same allocator = 1.095 (target <= 1.02)" in text
+
+
+def _comm(scale):
+    sizes = [4 << 10, 1 << 20, 16 << 20]
+    m3 = [{"bytes": b, "ours_s": scale * b / 1e9 + 1e-4, "bare_mpi4py_s": b / 1e9 + 1e-5,
+           "ratio": 0.5 * scale} for b in sizes]
+    split = {"wall_range": [0.9, 1.1], "cpu_range": [0.8, 1.0]}
+    m4 = {"tensors": 128, "tensor_bytes": 16 << 10, "grouped_over_mpi4py": 1.1 * scale,
+          "seconds": {key: 0.001 * scale for key in doc_tables_comm.M4_ROWS},
+          "bare_seconds": {key: 0.002 for key in doc_tables_comm.M4_ALONE}}
+    return {**RUN, "m3": m3, "m3_gloo": [{"ours_s": 3 * x["ours_s"]} for x in m3], "m4": m4,
+            "m5": [{"k": 1, "collective_ops_per_step": 2, "efficiency": 0.952,
+                    "cpu_efficiency": 0.913, "split": split}]}
+
+
+def test_comm_tables_set_runs_side_by_side():
+    runs = [_comm(1.0), _comm(2.0)]
+    small = doc_tables_comm.small_allreduce(runs)
+    assert ("| size | run 1: MPI | run 1: Gloo | run 2: MPI | run 2: Gloo | "
+            "mpi4py alone (run 1, run 2) |") in small
+    assert "| 4 KiB | 104 | 312 | 108 | 325 | 14, 14 |" in small and "16 MiB" not in small
+    assert small.startswith("*run 1: AMD EPYC") and "\n\n*run 2: AMD EPYC" in small
+    assert "| 16 MiB | 16,877 | 16,787 | 0.50 | 33,654 | 16,787 | 1.00 |" in doc_tables_comm.m3(runs)
+    m4 = doc_tables_comm.m4(runs)
+    assert "| Horovod `grouped_allreduce` (what a Horovod user calls) | 1.00 | 2.00 |" in m4
+    assert "| **mpi4py one buffer, alone** | 2.00 | 2.00 |" in m4
+    assert "1.10 (run 1), 2.20 (run 2); target <= 2." in m4
+    m5 = doc_tables_comm.m5(runs)
+    assert "| 1 | 2 | 0.952 (0.900-1.100) | 0.913 (0.800-1.000) | 0.952 (0.900-1.100) |" in m5
+
+
+def test_m6_xla_tables():
+    case = {"case": "digits TFRecord (4 files) -> digits_cnn", "pipeline": 115482.0,
+            "consumer": 4828.0, "headroom": 23.92, "data_wait": 0.016, "floor_wait": 0.015}
+    assert ("| digits TFRecord (4 files) -> digits_cnn | 115,482 | 4,828 | 23.9x | 1.6% | 1.5% |"
+            in doc_tables.m6_input({**RUN, "cases": [case]}))
+    ab = [{"variant": v, "data_wait": w, "floor_wait": 0.014, "ms_per_step": 7.5,
+           "cpu_ms_per_step": 11.9, "load": 2.0} for v, w in (("before", 0.026), ("before", 0.031),
+                                                             ("after", 0.017), ("after", 0.015))]
+    text = doc_tables.m6_ab({**RUN, "cases": ab})
+    assert "| before | 2 | 2.9% [2.6%, 3.1%] | 1.4% [1.4%, 1.4%] | 7.50 [7.50, 7.50] |" in text
+    assert "load" not in text.split("\n\n")[1]
+    xla = {"model": "digits_cnn", "batch": 64, "plain_s": 0.0582, "xla_s": 0.1139, "ratio": 1.957}
+    assert "| digits_cnn | 64 | 58.2 | 113.9 | 1.96 |" in doc_tables.xla({**RUN, "models": [xla]})
+
+
+def test_epochs_memory_lists_rounds_in_order_and_verdicts():
+    arm = lambda e, s: {"epochs": e, "steps": s, "first_step_s": [6.0, 6.1],  # noqa: E731
+                        "peak_rss_mb": [714.4, 790.0], "wall_s": 3.0}
+    r = {**RUN, "arms": {"epochs=1": [arm(1, 22)] * 2, "epochs=40": [arm(40, 880)] * 2},
+         "target": 1.1, "rss_ratio": 1.2, "first_step_ratio": 0.95}
+    rows = [line for line in doc_tables.epochs_memory(r).splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[:2] for row in rows[1:5]] == [["| 1", "`--epochs=1`"], ["| 1", "`--epochs=40`"],
+                                                            ["| 2", "`--epochs=1`"], ["| 2", "`--epochs=40`"]]
+    assert "| 1 | `--epochs=40` | 880 | 6.0 / 6.1 | 714 / 790 | 3.0 |" in rows
+    assert "| peak RSS | 1.200 | <= 1.1 | **missed** |" in rows
+
