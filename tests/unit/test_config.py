@@ -26,6 +26,16 @@ from horovod_train.errors import UsageError
     (lambda: cfg.SpeedConfig(compression="int4"), ["--compression", "bf16, fp16, none"]),
     (lambda: cfg.SpeedConfig(precision="fp8"), ["--precision", "mixed_bfloat16"]),
     (lambda: cfg.ObserveConfig(progress="tty"), ["--progress", "auto, bar, lines"]),
+    (lambda: cfg.SpeedConfig(inject_nonfinite="5x1"), ["--inject_nonfinite", "'5x1'", "STEP@RANK"]),
+    (lambda: cfg.DataConfig(data_threads=-1), ["--data_threads", "received -1", "autotune"]),
+    (lambda: cfg.TrainConfig(eval_every_epochs=-1), ["--eval_every_epochs", "received -1"]),
+    (lambda: cfg.RuntimeConfig(elastic=True, backend="mwms"),
+     ["--elastic", "with --backend=mwms", "Fix: drop --elastic"]),
+    (lambda: cfg.RuntimeConfig(mwms_port_base=80), ["--mwms_port_base", "received 80", "1024..65000"]),
+    (lambda: cfg.RuntimeConfig(intra_op_threads=-2), ["--intra_op_threads", "received -2"]),
+    (lambda: cfg.RunConfig(train=cfg.TrainConfig(checkpoint_dir="/tmp/ckpt"),
+                           runtime=cfg.RuntimeConfig(elastic=True)),
+     ["--elastic", "with --checkpoint_dir=/tmp/ckpt", "Fix"]),
 ])
 def test_bad_values_name_flag_value_and_fix(build, fragments):
     with pytest.raises(UsageError) as err:

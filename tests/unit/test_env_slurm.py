@@ -204,3 +204,11 @@ def test_srun_without_an_mpi_plugin_is_named_before_mpi_init():
     env.check_mpi_wired(srun_task(0, 0, 0, "1", "n1"))  # one task: no wire-up needed
     env.check_mpi_wired({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
                          "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+
+
+def test_step_variables_without_a_step_id_are_taken_as_sruns():
+    """Some Slurm setups leave SLURM_STEP_ID out of a task's environment: the step's own
+    layout variables still say which task this is."""
+    variables = srun_task(1, 0, 1, "2", "n1")
+    del variables["SLURM_STEP_ID"]
+    assert seen(variables) == ("srun", 1, 2, 1, 2)
