@@ -39,6 +39,7 @@ def test_summary_keys_and_types_of_a_run_and_of_its_relaunch(tmp_path):
                                                   checkpoint_dir=str(tmp_path / "ckpt")),
         runtime=cfg.RuntimeConfig(backend="local"),
         observe=cfg.ObserveConfig(run_dir=str(run_dir), instrument=False))
+    keras.backend.clear_session()  # layer names as in a new process, in both runs
     returned = loop.run(config)
     written = json.load(open(run_dir / "summary.json"))
     assert _types(written) == SUMMARY_TYPES
@@ -49,8 +50,7 @@ def test_summary_keys_and_types_of_a_run_and_of_its_relaunch(tmp_path):
     assert written["final_loss"] == written["loss_history"][-1][1]
     assert set(returned) == set(written)
 
-    # A relaunch of the finished run trains nothing: the earlier summary, marked. Fresh
-    # layer names, as in a new process, so the checkpoint's variable names match.
+    # A relaunch of the finished run trains nothing: the earlier summary, marked.
     keras.backend.clear_session()
     again = loop.run(config)
     rewritten = json.load(open(run_dir / "summary.json"))
