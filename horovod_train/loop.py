@@ -8,7 +8,6 @@ line up across ranks.
 import os
 import time
 
-import keras
 from absl import logging
 
 import models
@@ -19,41 +18,6 @@ from horovod_train.config import resolve_jit_compile
 from horovod_train.data import sharding
 from horovod_train.errors import UsageError
 from horovod_train.trainer import CheckpointKeeper, Trainer, step_batch
-
-
-class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from the per-replica rate to the world-size-scaled rate."""
-
-    def __init__(self, base: float, scaled: float, warmup_steps: int):
-        self.base, self.scaled, self.warmup_steps = base, scaled, warmup_steps
-
-    def __call__(self, step):
-        if self.warmup_steps <= 0:
-            return keras.ops.convert_to_tensor(self.scaled, "float32")
-        progress = keras.ops.cast(step, "float32") / self.warmup_steps
-        return schedules.warmup_rate(self.base, self.scaled, progress, keras.ops.minimum)
-
-    def value_at(self, step: int) -> float:
-        """The rate at optimizer step `step`, in Python: reading it through the
-        optimizer runs a dozen eager ops (~1 ms) per logging interval."""
-        if self.warmup_steps <= 0:
-            return self.scaled
-        return schedules.warmup_rate(self.base, self.scaled, step / self.warmup_steps)
-
-    def get_config(self):
-        return {"base": self.base, "scaled": self.scaled, "warmup_steps": self.warmup_steps}
-
-
-def lr_schedule(optim, world_size: int, steps_per_epoch: int) -> WarmupScaledRate:
-    scaled = optim.learning_rate * (world_size if optim.scale_lr else 1)
-    return WarmupScaledRate(optim.learning_rate, scaled, int(optim.warmup_epochs * steps_per_epoch))
-
-
-def make_optimizer(optim, world_size: int, steps_per_epoch: int):
-    schedule = lr_schedule(optim, world_size, steps_per_epoch)
-    if optim.optimizer == "sgd":
-        return keras.optimizers.SGD(schedule, momentum=optim.momentum)
-    return keras.optimizers.Adam(schedule)
 
 
 def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
@@ -74,7 +38,7 @@ def _build(config, backend, data, steps_per_epoch):
     precision.set_policy(config.speed.precision)
     with backend.scope():
         model = _model_for(config, data)
-        optimizer = make_optimizer(config.optim, backend.info.size, steps_per_epoch)
+        optimizer = schedules.make_optimizer(config.optim, backend.info.size, steps_per_epoch)
         optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
     # Elastic runs do it in their first sync instead: a rank that joins later must not
@@ -258,7 +222,7 @@ def run(config) -> dict:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     trainer = Trainer(config, backend, data, model, optimizer, per_epoch, total, observer,
                       jit_compile=jit,
-                      learning_rate=lr_schedule(config.optim, info.size, per_epoch))
+                      learning_rate=schedules.lr_schedule(config.optim, info.size, per_epoch))
     state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
     trainer.watchdog.start()
     accuracy, facts = _train(config, trainer, state)

@@ -9,7 +9,7 @@ tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
 
 import models  # noqa: E402
-from horovod_train import checkpoint, divergence, loop  # noqa: E402
+from horovod_train import checkpoint, divergence, schedules  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import data as data_lib  # noqa: E402
 from horovod_train.backends.base import ProcessInfo  # noqa: E402
@@ -151,10 +151,10 @@ def _trainer(epochs, every, max_steps=0):
     total = min(per_epoch * epochs, max_steps or per_epoch * epochs)
     model = models.get_model(config.model, input_shape=data.input_shape,
                              num_classes=data.num_classes)
-    optimizer = loop.make_optimizer(config.optim, 1, per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, 1, per_epoch)
     optimizer.build(model.trainable_variables)
     trainer = Trainer(config, backend, data, model, optimizer, per_epoch, total,
-                      learning_rate=loop.lr_schedule(config.optim, 1, per_epoch))
+                      learning_rate=schedules.lr_schedule(config.optim, 1, per_epoch))
     keeper = CheckpointKeeper(checkpoint.Checkpointer(config, backend, [], per_epoch),
                               per_epoch, config.data.batch_size)
     return trainer, keeper

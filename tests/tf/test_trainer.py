@@ -8,7 +8,7 @@ tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
 
 import models  # noqa: E402
-from horovod_train import checkpoint, loop  # noqa: E402
+from horovod_train import checkpoint, schedules  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import data as data_lib  # noqa: E402
 from horovod_train.backends.base import ProcessInfo  # noqa: E402
@@ -32,10 +32,10 @@ def _trainer(epochs=2, log_every=8):
     per_epoch = sharding.steps_per_epoch(data.num_train_examples, BATCH, 1)
     model = models.get_model(config.model, input_shape=data.input_shape,
                              num_classes=data.num_classes)
-    optimizer = loop.make_optimizer(config.optim, 1, per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, 1, per_epoch)
     optimizer.build(model.trainable_variables)
     return Trainer(config, backend, data, model, optimizer, per_epoch, per_epoch * epochs,
-                   learning_rate=loop.lr_schedule(config.optim, 1, per_epoch))
+                   learning_rate=schedules.lr_schedule(config.optim, 1, per_epoch))
 
 
 def _steps(history):
