@@ -15,23 +15,21 @@ from horovod_train import backends, checkpoint, console, env, metrics, observe, 
 from horovod_train import schedules
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
-from horovod_train.data import sharding
 from horovod_train.errors import UsageError
+from horovod_train.grid import EpochGrid, epoch_grid
 from horovod_train.trainer import CheckpointKeeper, Trainer, step_batch
 
 
-def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
-    per_epoch = sharding.steps_per_epoch(num_examples, step_batch(config), world_size)
-    if per_epoch == 0:
+def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
+    grid = epoch_grid(num_examples, step_batch(config), world_size, config.train.epochs,
+                      config.train.max_steps)
+    if grid.per_epoch == 0:
         k = config.speed.grad_accum_steps
         raise UsageError(
             f"--batch_size: received {config.data.batch_size} (x{k} accumulation); with "
             f"{world_size} ranks one optimizer step exceeds the {num_examples} training examples. "
             f"Fix: pass --batch_size={max(1, num_examples // (4 * world_size * k))} or fewer")
-    total = per_epoch * config.train.epochs
-    if config.train.max_steps:
-        total = min(total, config.train.max_steps)
-    return per_epoch, total
+    return grid
 
 
 def _build(config, backend, data, steps_per_epoch):
@@ -65,22 +63,21 @@ def _model_for(config, data):
             f"(python scripts/model_table.py lists each model's input)") from None
 
 
-def _keeper(config, trainer, state):
+def _keeper(config, trainer, state, grid):
     """The state keeper: elastic in-memory commits, or the checkpointer."""
     if config.runtime.elastic:
         from horovod_train import elastic
         return elastic.keeper(trainer.backend, state, config.runtime.elastic_commit_every)
     checkpointer = checkpoint.Checkpointer(
-        config, trainer.backend, state, trainer.per_epoch,
+        config, trainer.backend, state, grid.per_epoch,
         data_facts={"input_shape": list(trainer.data.input_shape),
                     "num_classes": trainer.data.num_classes})
-    return CheckpointKeeper(checkpointer, trainer.per_epoch,
-                            step_batch(config) * trainer.backend.info.size)
+    return CheckpointKeeper(checkpointer, grid)
 
 
-def _train(config, trainer, state) -> tuple[float, dict]:
+def _train(config, trainer, state, grid) -> tuple[float, dict]:
     """(final accuracy, the keeper's facts for the summary)."""
-    keeper = _keeper(config, trainer, state)
+    keeper = _keeper(config, trainer, state, grid)
     try:
         return trainer.train(keeper), keeper.facts()
     finally:
@@ -111,7 +108,7 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         **trainer.graph_facts,
         "wire_bytes_per_step": backend.wire_bytes_per_step,
         "steps": trainer.global_step,
-        "epochs": trainer.global_step / trainer.per_epoch,
+        "epochs": trainer.global_step / trainer.grid.per_epoch,
         "final_loss": trainer.loss_history[-1][1] if trainer.loss_history else None,
         "loss_history": trainer.loss_history,
         "test_accuracy": accuracy,
@@ -213,19 +210,19 @@ def run(config) -> dict:
     backend, jit = _setup(config, env.launch_info())
     info = backend.info
     data = data_lib.load(config.data)
-    per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
-    model, optimizer = _build(config, backend, data, per_epoch)
-    observer = observe.create(config, info.is_chief, info.size, total, {
+    grid = _plan_grid(config, data.num_train_examples, info.size)
+    model, optimizer = _build(config, backend, data, grid.per_epoch)
+    observer = observe.create(config, info.is_chief, info.size, grid.total, {
         "world_size": info.size, "backend": backend.name, "model": config.model,
         "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
-        "total_steps": total, "steps_per_epoch": per_epoch,
+        "total_steps": grid.total, "steps_per_epoch": grid.per_epoch,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    trainer = Trainer(config, backend, data, model, optimizer, per_epoch, total, observer,
+    trainer = Trainer(config, backend, data, model, optimizer, grid, observer,
                       jit_compile=jit,
-                      learning_rate=schedules.lr_schedule(config.optim, info.size, per_epoch))
+                      learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch))
     state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
     trainer.watchdog.start()
-    accuracy, facts = _train(config, trainer, state)
+    accuracy, facts = _train(config, trainer, state, grid)
     summary = dict(_summary(config, backend, trainer, accuracy, wall_start), **facts)
     trainer.watchdog.stop()
     summary = _finish(config, backend, trainer, summary, observer)

@@ -55,9 +55,8 @@ class Position:
 class CheckpointKeeper:
     """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none)."""
 
-    def __init__(self, checkpointer, per_epoch: int, examples_per_step: int):
-        self.checkpointer = checkpointer
-        self.per_epoch, self.examples_per_step = per_epoch, examples_per_step
+    def __init__(self, checkpointer, grid):
+        self.checkpointer, self.grid = checkpointer, grid  # grid.EpochGrid
         self.saves_on_stop = bool(checkpointer.directory)
 
     def run(self, attempt, pause=None):
@@ -65,8 +64,8 @@ class CheckpointKeeper:
 
     def restore(self) -> Position:
         step = self.checkpointer.restore()
-        epoch, in_epoch = divmod(step, self.per_epoch)
-        return Position(step, epoch, in_epoch * self.examples_per_step)
+        epoch, in_epoch = divmod(step, self.grid.per_epoch)
+        return Position(step, epoch, in_epoch * self.grid.examples_per_step)
 
     def after_step(self, position: Position, last: bool):
         self.checkpointer.maybe_save(position.step, last=last)
@@ -81,8 +80,8 @@ class CheckpointKeeper:
 class Trainer:
     """The per-run state of the loop, and the loop (train)."""
 
-    def __init__(self, config, backend, data, model, optimizer, per_epoch, total,
-                 observer=None, jit_compile=False, learning_rate=None):
+    def __init__(self, config, backend, data, model, optimizer, grid, observer=None,
+                 jit_compile=False, learning_rate=None):
         from horovod_train.step import StepOptions, TrainStep
         self.config, self.backend, self.data = config, backend, data
         self.observer = observer or observe.NullObserver()
@@ -92,7 +91,8 @@ class Trainer:
         if self.instrument:  # every rank samples its own GPU; the chief gets the mean
             from horovod_train.observe.nvml import sampler_for
             self.gpu = sampler_for(backend.info.local_rank)
-        self.model, self.per_epoch, self.total = model, per_epoch, total
+        # The grid at the current world size (grid.py); total: this attempt's last step.
+        self.model, self.grid, self.total = model, grid, grid.total
         speed = config.speed
         self.step = TrainStep(model, optimizer, backend, StepOptions(
             accum_steps=speed.grad_accum_steps,
@@ -183,39 +183,35 @@ class Trainer:
     def _place(self, start: Position) -> int:
         """Points the loop at the current world size's grid: steps per epoch, the last
         step, the position. Returns the steps of the current epoch already done."""
-        cfg, size = self.config, self.backend.info.size
-        per_step = step_batch(cfg) * size
-        self.per_epoch = sharding.steps_per_epoch(self.data.num_train_examples,
-                                                  step_batch(cfg), size)
-        epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, self.per_epoch)
-        if self.per_epoch and in_epoch == self.per_epoch:  # a grown ring: epoch done
+        if self.backend.info.size != self.grid.world_size:  # a re-formed elastic ring
+            self.grid = self.grid.resized(self.backend.info.size)
+        per_epoch, per_step = self.grid.per_epoch, self.grid.examples_per_step
+        epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, per_epoch)
+        if per_epoch and in_epoch == per_epoch:  # a grown ring: epoch done
             epoch, in_epoch = epoch + 1, 0
-        self.total = start.step + (cfg.train.epochs - epoch) * self.per_epoch - in_epoch
-        if cfg.train.max_steps:
-            self.total = min(self.total, cfg.train.max_steps)
+        self.total = self.grid.last_step(start.step, epoch, in_epoch)
         self.global_step = start.step
         self.position = Position(start.step, epoch, in_epoch * per_step)
         return in_epoch
 
     def _advance(self) -> bool:
         """Moves the position one step on; returns whether that ended an epoch."""
-        per_step = step_batch(self.config) * self.backend.info.size
-        p = self.position
+        per_step, p = self.grid.examples_per_step, self.position
         examples = p.epoch_examples + per_step
-        done = examples // per_step >= self.per_epoch
+        done = examples // per_step >= self.grid.per_epoch
         self.position = Position(self.global_step, p.epoch + done, 0 if done else examples)
         return done
 
     def _epoch_batches(self, in_epoch: int):
         """This rank's batches from the position to the last step (no further epochs),
         as a pipeline.EpochStream."""
-        cfg, epoch = self.config, self.position.epoch
-        epochs = min(cfg.train.epochs,
-                     epoch + -(-(in_epoch + self.total - self.global_step) // self.per_epoch))
+        cfg, epoch, grid = self.config, self.position.epoch, self.grid
+        epochs = min(grid.epochs,
+                     epoch + -(-(in_epoch + self.total - self.global_step) // grid.per_epoch))
         return pipeline.epoch_batches(
-            self.data, self.backend, batch_size=step_batch(cfg), seed=cfg.runtime.seed,
-            threads=cfg.data.data_threads, per_epoch=self.per_epoch, epochs=epochs,
-            start_step=epoch * self.per_epoch + in_epoch)
+            self.data, self.backend, batch_size=grid.step_batch, seed=cfg.runtime.seed,
+            threads=cfg.data.data_threads, per_epoch=grid.per_epoch, epochs=epochs,
+            start_step=epoch * grid.per_epoch + in_epoch)
 
     # -- one step ---------------------------------------------------------------------
 
@@ -271,7 +267,7 @@ class Trainer:
         self.meter.traced |= traced  # the interval's rate is set-up, not throughput
         if parts is not None and not traced:  # a split that traced says nothing
             self.last_parts = parts
-        self.meter.add(step_batch(self.config), waited, t2 - t0 - waited, loss)
+        self.meter.add(self.grid.step_batch, waited, t2 - t0 - waited, loss)
         if self.graph_facts["collective_ops_per_step"] is None:
             # This process's first step: collectives counted (timed out, below).
             cpu = metrics.process_cpu_s()
@@ -308,7 +304,7 @@ class Trainer:
         --max_steps mid-epoch is checked too). A function of the position alone, the same
         on every rank, so every rank joins the same collectives."""
         every = self.config.train.divergence_check_steps
-        if epoch_done and divergence.epoch_end_due(self.global_step, self.per_epoch,
+        if epoch_done and divergence.epoch_end_due(self.global_step, self.grid.per_epoch,
                                                    first=self.position.epoch == 1):
             return f"epoch {self.position.epoch} end"
         if every and self.global_step % every == 0:
