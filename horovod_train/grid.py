@@ -10,6 +10,11 @@ import dataclasses
 from horovod_train.data import sharding
 
 
+def step_batch(config) -> int:
+    """Examples per rank per optimizer step: k micro-batches of --batch_size."""
+    return config.data.batch_size * config.speed.grad_accum_steps
+
+
 @dataclasses.dataclass(frozen=True)
 class EpochGrid:
     per_epoch: int  # optimizer steps per epoch at this world size

@@ -16,8 +16,9 @@ from horovod_train import schedules
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.errors import UsageError
-from horovod_train.grid import EpochGrid, epoch_grid
-from horovod_train.trainer import CheckpointKeeper, Trainer, step_batch
+from horovod_train.grid import EpochGrid, epoch_grid, step_batch
+from horovod_train.trainer import CheckpointKeeper, Trainer
+from horovod_train.trainer_types import TrainerOptions
 
 
 def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
@@ -217,8 +218,8 @@ def run(config) -> dict:
         "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
         "total_steps": grid.total, "steps_per_epoch": grid.per_epoch,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    trainer = Trainer(config, backend, data, model, optimizer, grid, observer,
-                      jit_compile=jit,
+    trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
+                      grid, observer,
                       learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch))
     state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
     trainer.watchdog.start()

@@ -27,17 +27,12 @@ import time
 
 from absl import logging
 
-from horovod_train import divergence, metrics, observe, precision, stopping, watchdog
+from horovod_train import divergence, metrics, observe, stopping, watchdog
 from horovod_train.data import pipeline, sharding
 
 
 class TrainingDiverged(RuntimeError):
     """Gradients stayed non-finite for --max_nonfinite_steps consecutive steps."""
-
-
-def step_batch(config) -> int:
-    """Examples per rank per optimizer step: k micro-batches of --batch_size."""
-    return config.data.batch_size * config.speed.grad_accum_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,12 +75,12 @@ class CheckpointKeeper:
 class Trainer:
     """The per-run state of the loop, and the loop (train)."""
 
-    def __init__(self, config, backend, data, model, optimizer, grid, observer=None,
-                 jit_compile=False, learning_rate=None):
+    def __init__(self, options, backend, data, model, optimizer, grid, observer=None,
+                 learning_rate=None):
         from horovod_train.step import StepOptions, TrainStep
-        self.config, self.backend, self.data = config, backend, data
+        self.options, self.backend, self.data = options, backend, data  # TrainerOptions
         self.observer = observer or observe.NullObserver()
-        self.instrument = config.observe.instrument
+        self.instrument = options.instrument
         self.lr = learning_rate  # the schedule (value_at(step)), for the records
         self.gpu = None
         if self.instrument:  # every rank samples its own GPU; the chief gets the mean
@@ -93,11 +88,9 @@ class Trainer:
             self.gpu = sampler_for(backend.info.local_rank)
         # The grid at the current world size (grid.py); total: this attempt's last step.
         self.model, self.grid, self.total = model, grid, grid.total
-        speed = config.speed
         self.step = TrainStep(model, optimizer, backend, StepOptions(
-            accum_steps=speed.grad_accum_steps,
-            loss_scaling=precision.uses_loss_scaling(speed.precision),
-            inject_nonfinite=speed.injection(), jit_compile=jit_compile))
+            accum_steps=options.accum_steps, loss_scaling=options.loss_scaling,
+            inject_nonfinite=options.inject_nonfinite, jit_compile=options.jit_compile))
         self.skipped_steps = 0
         self.nonfinite_run = 0  # consecutive skipped steps
         # What the step's graph holds (TrainStep.graph_facts), read at the first step.
@@ -113,10 +106,10 @@ class Trainer:
         self.last_parts = None  # shares of the latest sampled step, reused until the next
         self._step_paths = set()  # how steps have been run (_run): a first call compiles
         # Bounds every wait on peers once training runs (see watchdog.py); started by run().
-        self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
+        self.watchdog = watchdog.StepWatchdog(options.collective_timeout_s,
                                               backend.info.rank)
         # SIGTERM becomes a stop vote carried by the next step (stopping.py).
-        self.sigterm = stopping.SigtermVote(config.runtime.stop_grace_s, backend.info.rank)
+        self.sigterm = stopping.SigtermVote(options.stop_grace_s, backend.info.rank)
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
@@ -139,7 +132,7 @@ class Trainer:
         """From the keeper's position to the end (or to a resize, which raises)."""
         start = keeper.restore()
         in_epoch = self._place(start)
-        if self.config.train.eval_at_start and start.launch_start:
+        if self.options.eval_at_start and start.launch_start:
             self._evaluate("start")
         if self.global_step >= self.total:
             if start.launch_start:
@@ -154,7 +147,7 @@ class Trainer:
                 epoch_done = self._train_one(stream.current, keeper)
                 if epoch_done:
                     stream.advance()
-                every = self.config.train.eval_every_epochs
+                every = self.options.eval_every_epochs
                 if epoch_done and self.global_step < self.total and every and \
                         self.position.epoch % every == 0:
                     self._evaluate(f"epoch {self.position.epoch}")
@@ -165,7 +158,7 @@ class Trainer:
         keeper's turn and the stop vote; returns whether the step ended an epoch."""
         self._one_step(batch_iter)
         epoch_done = self._advance()
-        if self.global_step % self.config.train.log_every == 0 or \
+        if self.global_step % self.options.log_every == 0 or \
                 self.global_step == self.total:
             self._log_interval()
         # Before the keeper's turn: weights that differ across ranks are never saved.
@@ -205,12 +198,12 @@ class Trainer:
     def _epoch_batches(self, in_epoch: int):
         """This rank's batches from the position to the last step (no further epochs),
         as a pipeline.EpochStream."""
-        cfg, epoch, grid = self.config, self.position.epoch, self.grid
+        opts, epoch, grid = self.options, self.position.epoch, self.grid
         epochs = min(grid.epochs,
                      epoch + -(-(in_epoch + self.total - self.global_step) // grid.per_epoch))
         return pipeline.epoch_batches(
-            self.data, self.backend, batch_size=grid.step_batch, seed=cfg.runtime.seed,
-            threads=cfg.data.data_threads, per_epoch=grid.per_epoch, epochs=epochs,
+            self.data, self.backend, batch_size=grid.step_batch, seed=opts.seed,
+            threads=opts.data_threads, per_epoch=grid.per_epoch, epochs=epochs,
             start_step=epoch * grid.per_epoch + in_epoch)
 
     # -- one step ---------------------------------------------------------------------
@@ -226,11 +219,11 @@ class Trainer:
         """One step on the next batch: (loss, finite, stop, seconds waited for it, split,
         which of the three ways it ran)."""
         if self.instrument and self.backend.supports_split_step and \
-                metrics.sample_split(self.global_step + 1, self.config.train.log_every):
+                metrics.sample_split(self.global_step + 1, self.options.log_every):
             x, y, waited = self._fetch(batch_iter)
             loss, finite, stop, parts = self.step.timed(x, y, *controls)
             return loss, finite, stop, waited, parts, "split"
-        if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
+        if self.options.deterministic:  # op determinism refuses feed.py's clock
             x, y, waited = self._fetch(batch_iter)
             return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None,
                     "fetched")
@@ -290,7 +283,7 @@ class Trainer:
         logging.warning("step %d: non-finite gradients; step skipped on every rank "
                         "(loss scale now %g)", self.global_step,
                         float(self.step.loss_scale.scale.numpy()))
-        if self.nonfinite_run >= self.config.speed.max_nonfinite_steps:
+        if self.nonfinite_run >= self.options.max_nonfinite_steps:
             raise TrainingDiverged(
                 f"training diverged: gradients were non-finite for {self.nonfinite_run} "
                 f"consecutive steps (--max_nonfinite_steps) up to step {self.global_step}. "
@@ -303,7 +296,7 @@ class Trainer:
         --divergence_check_steps steps, and the last step (a run cut short by
         --max_steps mid-epoch is checked too). A function of the position alone, the same
         on every rank, so every rank joins the same collectives."""
-        every = self.config.train.divergence_check_steps
+        every = self.options.divergence_check_steps
         if epoch_done and divergence.epoch_end_due(self.global_step, self.grid.per_epoch,
                                                    first=self.position.epoch == 1):
             return f"epoch {self.position.epoch} end"
@@ -332,7 +325,7 @@ class Trainer:
         # its steps): like a step's tracing, set-up that the run does not pay again.
         self.meter.traced |= not self.divergence_checks
         if not self.divergence_checks:  # once, to show the guard is on; then silent
-            every = self.config.train.divergence_check_steps
+            every = self.options.divergence_check_steps
             logging.info("divergence | weights identical on %d ranks at %s (checked at epoch "
                          "ends%s)", len(rows), where, f" and every {every} steps" if every else "")
         self.divergence_checks += 1

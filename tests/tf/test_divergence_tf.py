@@ -16,6 +16,7 @@ from horovod_train.backends.base import ProcessInfo  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.grid import epoch_grid  # noqa: E402
 from horovod_train.trainer import CheckpointKeeper, Trainer  # noqa: E402
+from horovod_train.trainer_types import TrainerOptions  # noqa: E402
 
 
 def _model(name="digits_cnn", seed=0):
@@ -152,7 +153,8 @@ def _trainer(epochs, every, max_steps=0):
                              num_classes=data.num_classes)
     optimizer = schedules.make_optimizer(config.optim, 1, grid.per_epoch)
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(config, backend, data, model, optimizer, grid,
+    trainer = Trainer(TrainerOptions.from_config(config, jit_compile=False), backend, data,
+                      model, optimizer, grid,
                       learning_rate=schedules.lr_schedule(config.optim, 1, grid.per_epoch))
     keeper = CheckpointKeeper(checkpoint.Checkpointer(config, backend, [], grid.per_epoch), grid)
     return trainer, keeper

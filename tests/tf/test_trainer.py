@@ -16,6 +16,7 @@ from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.data import sharding  # noqa: E402
 from horovod_train.grid import epoch_grid  # noqa: E402
 from horovod_train.trainer import CheckpointKeeper, Position, Trainer  # noqa: E402
+from horovod_train.trainer_types import TrainerOptions  # noqa: E402
 
 BATCH = 32
 
@@ -35,7 +36,8 @@ def _trainer(epochs=2, log_every=8):
                              num_classes=data.num_classes)
     optimizer = schedules.make_optimizer(config.optim, 1, grid.per_epoch)
     optimizer.build(model.trainable_variables)
-    return Trainer(config, backend, data, model, optimizer, grid,
+    return Trainer(TrainerOptions.from_config(config, jit_compile=False), backend, data, model,
+                   optimizer, grid,
                    learning_rate=schedules.lr_schedule(config.optim, 1, grid.per_epoch))
 
 
@@ -45,7 +47,7 @@ def _steps(history):
 
 def test_plain_run_evaluates_at_start_after_each_epoch_and_logs_the_last_step():
     trainer = _trainer(epochs=3)
-    keeper = CheckpointKeeper(checkpoint.Checkpointer(trainer.config, trainer.backend, [],
+    keeper = CheckpointKeeper(checkpoint.Checkpointer(cfg.RunConfig(), trainer.backend, [],
                                                       trainer.grid.per_epoch), trainer.grid)
     trainer.train(keeper)
     per_epoch, total = trainer.grid.per_epoch, trainer.total
