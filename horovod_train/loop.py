@@ -1,5 +1,5 @@
 """Builds a run and hands it to the one loop: backend, data, model, optimizer, the
-state keeper, the summary. The loop itself is trainer.Trainer.
+state keeper, the summary (from the Trainer's RunRecord). The loop itself is trainer.Trainer.
 
 `run(config)` is the whole run of one rank. The step counts are a function of the
 config and the data size, which every rank knows identically, so collectives always
@@ -18,7 +18,7 @@ from horovod_train.config import resolve_jit_compile
 from horovod_train.errors import UsageError
 from horovod_train.grid import EpochGrid, epoch_grid, step_batch
 from horovod_train.trainer import CheckpointKeeper, Trainer
-from horovod_train.trainer_types import TrainerOptions
+from horovod_train.trainer_types import RunRecord, TrainerOptions
 
 
 def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
@@ -64,36 +64,34 @@ def _model_for(config, data):
             f"(python scripts/model_table.py lists each model's input)") from None
 
 
-def _keeper(config, trainer, state, grid):
+def _keeper(config, backend, data, state, grid):
     """The state keeper: elastic in-memory commits, or the checkpointer."""
     if config.runtime.elastic:
         from horovod_train import elastic
-        return elastic.keeper(trainer.backend, state, config.runtime.elastic_commit_every)
+        return elastic.keeper(backend, state, config.runtime.elastic_commit_every)
     checkpointer = checkpoint.Checkpointer(
-        config, trainer.backend, state, grid.per_epoch,
-        data_facts={"input_shape": list(trainer.data.input_shape),
-                    "num_classes": trainer.data.num_classes})
+        config, backend, state, grid.per_epoch,
+        data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes})
     return CheckpointKeeper(checkpointer, grid)
 
 
-def _train(config, trainer, state, grid) -> tuple[float, dict]:
-    """(final accuracy, the keeper's facts for the summary)."""
-    keeper = _keeper(config, trainer, state, grid)
+def _train(trainer, keeper) -> tuple[RunRecord, dict]:
+    """(the run's record, the keeper's facts for the summary)."""
     try:
         return trainer.train(keeper), keeper.facts()
     finally:
         keeper.close()
 
 
-def _summary(config, backend, trainer, accuracy, wall_start):
-    tally = trainer.throughput  # metrics.Throughput: THE samples/s
-    rows = metrics.gather_rows(backend, [tally.rate() or 0.0, tally.cpu_s, tally.samples,
-                                         metrics.peak_rss_mb(), trainer.first_step_after_s or 0.0])
+def _summary(config, backend, model, jit, record: RunRecord, wall_start):
+    rows = metrics.gather_rows(backend, [record.samples_per_sec or 0.0, record.cpu_s,
+                                         record.samples, metrics.peak_rss_mb(),
+                                         record.first_step_after_s or 0.0])
     per_rank = [float(r[0]) for r in rows]
     # A rank that trained no step (a finished run relaunched) reports 0: None instead.
     first_step = [float(r[4]) if r[4] else None for r in rows]
     cpu_s, samples = float(rows[:, 1].sum()), float(rows[:, 2].sum())
-    digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
+    digests = metrics.gather_digests(backend, metrics.weight_digest(model.weights))
     return {
         "world_size": backend.info.size,
         "backend": backend.name,
@@ -103,19 +101,19 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         "precision": config.speed.precision,
         "grad_accum_steps": config.speed.grad_accum_steps,
         "compression": config.speed.compression,
-        "skipped_steps": trainer.skipped_steps,
-        "loss_scale": float(trainer.step.loss_scale.scale.numpy()),
-        "jit_compile": trainer.step.options.jit_compile,
-        **trainer.graph_facts,
+        "skipped_steps": record.skipped_steps,
+        "loss_scale": record.loss_scale,
+        "jit_compile": jit,
+        **record.graph_facts,
         "wire_bytes_per_step": backend.wire_bytes_per_step,
-        "steps": trainer.global_step,
-        "epochs": trainer.global_step / trainer.grid.per_epoch,
-        "final_loss": trainer.loss_history[-1][1] if trainer.loss_history else None,
-        "loss_history": trainer.loss_history,
-        "test_accuracy": accuracy,
-        "accuracy_history": trainer.accuracy_history,
-        "test_loss": trainer.eval_loss_history[-1][1],
-        "eval_loss_history": trainer.eval_loss_history,
+        "steps": record.steps,
+        "epochs": record.steps / record.per_epoch,
+        "final_loss": record.loss_history[-1][1] if record.loss_history else None,
+        "loss_history": record.loss_history,
+        "test_accuracy": record.test_accuracy,
+        "accuracy_history": record.accuracy_history,
+        "test_loss": record.eval_loss_history[-1][1],
+        "eval_loss_history": record.eval_loss_history,
         "samples_per_sec": sum(per_rank),
         "samples_per_sec_per_rank": per_rank,
         # User + system CPU of every rank over the same intervals, per sample trained:
@@ -126,7 +124,7 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         # end (imports, joining, the input pipeline, tracing), and peak memory.
         "first_step_after_s_per_rank": first_step,
         "peak_rss_mb_per_rank": [round(float(r[3]), 1) for r in rows],
-        "divergence_checks": trainer.divergence_checks,  # cross-rank comparisons that passed
+        "divergence_checks": record.divergence_checks,  # cross-rank comparisons that passed
         "wall_seconds": time.perf_counter() - wall_start,
         "config": config.to_dict(),
     }
@@ -185,17 +183,17 @@ def _setup(config, launch):
     return backend, jit
 
 
-def _finish(config, backend, trainer, summary, observer) -> dict:
+def _finish(config, backend, model, record, summary, observer) -> dict:
     """Chief-only side effects of a finished run; returns the summary as written."""
     info = backend.info  # an elastic ring may have re-formed with another chief
-    if trainer.already_complete:
+    if record.already_complete:
         summary = _earlier_summary(config.summary_path(), summary)
     observer.close(summary)
     if info.is_chief and config.summary_path():
         metrics.write_json_atomic(config.summary_path(), summary)
     if info.is_chief and config.export_weights:
-        metrics.write_npz_atomic(config.export_weights, trainer.model.weights)
-    if not trainer.already_complete:
+        metrics.write_npz_atomic(config.export_weights, model.weights)
+    if not record.already_complete:
         # samples/s: the summary's own figure, so the two never disagree.
         logging.info("done  | steps %d | loss %s | test accuracy %.4f | %s samples/s | %.1f s",
                      summary["steps"], console.number(summary["final_loss"]),
@@ -221,11 +219,11 @@ def run(config) -> dict:
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
                       grid, observer,
                       learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch))
-    state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
-    trainer.watchdog.start()
-    accuracy, facts = _train(config, trainer, state, grid)
-    summary = dict(_summary(config, backend, trainer, accuracy, wall_start), **facts)
+    trainer.watchdog.start()  # bounds the checkpointer's waits on peers too
+    keeper = _keeper(config, backend, data, trainer.training_state(), grid)
+    record, facts = _train(trainer, keeper)
+    summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts)
     trainer.watchdog.stop()
-    summary = _finish(config, backend, trainer, summary, observer)
+    summary = _finish(config, backend, model, record, summary, observer)
     backend.barrier()
     return summary

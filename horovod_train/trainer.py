@@ -28,7 +28,9 @@ import time
 from absl import logging
 
 from horovod_train import divergence, metrics, observe, stopping, watchdog
+from horovod_train.checkpoint import training_state
 from horovod_train.data import pipeline, sharding
+from horovod_train.trainer_types import RunRecord
 
 
 class TrainingDiverged(RuntimeError):
@@ -117,16 +119,29 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------
 
-    def train(self, keeper) -> float:
-        """Trains to the end under `keeper`; returns the final test accuracy. Raises
+    def train(self, keeper) -> RunRecord:
+        """Trains to the end under `keeper`; returns the run's record. Raises
         StopRequested when the ranks agreed to stop on a SIGTERM."""
         self.sigterm.install()
         try:
             # Re-forming an elastic ring is not a stalled peer: the watchdog re-arms at
             # the next step.
-            return keeper.run(lambda: self._attempt(keeper), self.watchdog.disarm)
+            accuracy = keeper.run(lambda: self._attempt(keeper), self.watchdog.disarm)
         finally:
             self.sigterm.uninstall()
+        tally = self.throughput
+        return RunRecord(
+            test_accuracy=accuracy, steps=self.global_step, per_epoch=self.grid.per_epoch,
+            loss_history=list(self.loss_history), accuracy_history=list(self.accuracy_history),
+            eval_loss_history=list(self.eval_loss_history), skipped_steps=self.skipped_steps,
+            loss_scale=float(self.step.loss_scale.scale.numpy()),
+            graph_facts=dict(self.graph_facts), divergence_checks=self.divergence_checks,
+            first_step_after_s=self.first_step_after_s, samples_per_sec=tally.rate(),
+            cpu_s=tally.cpu_s, samples=tally.samples, already_complete=self.already_complete)
+
+    def training_state(self) -> list:
+        """Every variable a resumed run needs (checkpoint.training_state)."""
+        return training_state(self.model, self.step.optimizer, self.step.loss_scale)
 
     def _attempt(self, keeper) -> float:
         """From the keeper's position to the end (or to a resize, which raises)."""

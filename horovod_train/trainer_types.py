@@ -45,3 +45,23 @@ class TrainerOptions:
             data_threads=config.data.data_threads, deterministic=runtime.deterministic,
             instrument=config.observe.instrument,
             collective_timeout_s=runtime.collective_timeout_s, stop_grace_s=runtime.stop_grace_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What one rank's Trainer.train() leaves for the summary; histories are (step, value)."""
+    test_accuracy: float
+    steps: int  # optimizer steps done
+    per_epoch: int  # steps per epoch on the last grid (an elastic ring's may have changed)
+    loss_history: list  # loss averaged over ranks, per logging interval
+    accuracy_history: list
+    eval_loss_history: list
+    skipped_steps: int  # skipped on non-finite gradients
+    loss_scale: float  # the final one
+    graph_facts: dict  # TrainStep.graph_facts: collectives in the step's graph, XLA
+    divergence_checks: int  # cross-rank weight comparisons that passed
+    first_step_after_s: float | None  # process start to first step's end; None: no step
+    samples_per_sec: float | None  # this rank's metrics.Throughput figure (THE samples/s)
+    cpu_s: float  # this rank's CPU seconds over the same intervals
+    samples: float  # samples in those intervals
+    already_complete: bool  # restored at (or past) the last step: nothing trained
