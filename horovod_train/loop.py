@@ -1,5 +1,5 @@
 """Builds a run and hands it to the one loop: backend, data, model, optimizer, the
-state keeper, the summary. The loop itself is trainer.Trainer.
+state keeper, the summary (from the Trainer's RunRecord). The loop itself is trainer.Trainer.
 
 `run(config)` is the whole run of one rank. The step counts are a function of the
 config and the data size, which every rank knows identically, so collectives always
@@ -8,7 +8,6 @@ line up across ranks.
 import os
 import time
 
-import keras
 from absl import logging
 
 import models
@@ -16,65 +15,29 @@ from horovod_train import backends, checkpoint, console, env, metrics, observe, 
 from horovod_train import schedules
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
-from horovod_train.data import sharding
 from horovod_train.errors import UsageError
-from horovod_train.trainer import CheckpointKeeper, Trainer, step_batch
+from horovod_train.grid import EpochGrid, epoch_grid, step_batch
+from horovod_train.trainer import CheckpointKeeper, Trainer
+from horovod_train.trainer_types import RunRecord, TrainerOptions
 
 
-class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup from the per-replica rate to the world-size-scaled rate."""
-
-    def __init__(self, base: float, scaled: float, warmup_steps: int):
-        self.base, self.scaled, self.warmup_steps = base, scaled, warmup_steps
-
-    def __call__(self, step):
-        if self.warmup_steps <= 0:
-            return keras.ops.convert_to_tensor(self.scaled, "float32")
-        progress = keras.ops.cast(step, "float32") / self.warmup_steps
-        return schedules.warmup_rate(self.base, self.scaled, progress, keras.ops.minimum)
-
-    def value_at(self, step: int) -> float:
-        """The rate at optimizer step `step`, in Python: reading it through the
-        optimizer runs a dozen eager ops (~1 ms) per logging interval."""
-        if self.warmup_steps <= 0:
-            return self.scaled
-        return schedules.warmup_rate(self.base, self.scaled, step / self.warmup_steps)
-
-    def get_config(self):
-        return {"base": self.base, "scaled": self.scaled, "warmup_steps": self.warmup_steps}
-
-
-def lr_schedule(optim, world_size: int, steps_per_epoch: int) -> WarmupScaledRate:
-    scaled = optim.learning_rate * (world_size if optim.scale_lr else 1)
-    return WarmupScaledRate(optim.learning_rate, scaled, int(optim.warmup_epochs * steps_per_epoch))
-
-
-def make_optimizer(optim, world_size: int, steps_per_epoch: int):
-    schedule = lr_schedule(optim, world_size, steps_per_epoch)
-    if optim.optimizer == "sgd":
-        return keras.optimizers.SGD(schedule, momentum=optim.momentum)
-    return keras.optimizers.Adam(schedule)
-
-
-def _plan_steps(config, num_examples: int, world_size: int) -> tuple[int, int]:
-    per_epoch = sharding.steps_per_epoch(num_examples, step_batch(config), world_size)
-    if per_epoch == 0:
+def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
+    grid = epoch_grid(num_examples, step_batch(config), world_size, config.train.epochs,
+                      config.train.max_steps)
+    if grid.per_epoch == 0:
         k = config.speed.grad_accum_steps
         raise UsageError(
             f"--batch_size: received {config.data.batch_size} (x{k} accumulation); with "
             f"{world_size} ranks one optimizer step exceeds the {num_examples} training examples. "
             f"Fix: pass --batch_size={max(1, num_examples // (4 * world_size * k))} or fewer")
-    total = per_epoch * config.train.epochs
-    if config.train.max_steps:
-        total = min(total, config.train.max_steps)
-    return per_epoch, total
+    return grid
 
 
 def _build(config, backend, data, steps_per_epoch):
     precision.set_policy(config.speed.precision)
     with backend.scope():
         model = _model_for(config, data)
-        optimizer = make_optimizer(config.optim, backend.info.size, steps_per_epoch)
+        optimizer = schedules.make_optimizer(config.optim, backend.info.size, steps_per_epoch)
         optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
     # Elastic runs do it in their first sync instead: a rank that joins later must not
@@ -101,37 +64,34 @@ def _model_for(config, data):
             f"(python scripts/model_table.py lists each model's input)") from None
 
 
-def _keeper(config, trainer, state):
+def _keeper(config, backend, data, state, grid):
     """The state keeper: elastic in-memory commits, or the checkpointer."""
     if config.runtime.elastic:
         from horovod_train import elastic
-        return elastic.keeper(trainer.backend, state, config.runtime.elastic_commit_every)
+        return elastic.keeper(backend, state, config.runtime.elastic_commit_every)
     checkpointer = checkpoint.Checkpointer(
-        config, trainer.backend, state, trainer.per_epoch,
-        data_facts={"input_shape": list(trainer.data.input_shape),
-                    "num_classes": trainer.data.num_classes})
-    return CheckpointKeeper(checkpointer, trainer.per_epoch,
-                            step_batch(config) * trainer.backend.info.size)
+        config, backend, state, grid.per_epoch,
+        data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes})
+    return CheckpointKeeper(checkpointer, grid)
 
 
-def _train(config, trainer, state) -> tuple[float, dict]:
-    """(final accuracy, the keeper's facts for the summary)."""
-    keeper = _keeper(config, trainer, state)
+def _train(trainer, keeper) -> tuple[RunRecord, dict]:
+    """(the run's record, the keeper's facts for the summary)."""
     try:
         return trainer.train(keeper), keeper.facts()
     finally:
         keeper.close()
 
 
-def _summary(config, backend, trainer, accuracy, wall_start):
-    tally = trainer.throughput  # metrics.Throughput: THE samples/s
-    rows = metrics.gather_rows(backend, [tally.rate() or 0.0, tally.cpu_s, tally.samples,
-                                         metrics.peak_rss_mb(), trainer.first_step_after_s or 0.0])
+def _summary(config, backend, model, jit, record: RunRecord, wall_start):
+    rows = metrics.gather_rows(backend, [record.samples_per_sec or 0.0, record.cpu_s,
+                                         record.samples, metrics.peak_rss_mb(),
+                                         record.first_step_after_s or 0.0])
     per_rank = [float(r[0]) for r in rows]
     # A rank that trained no step (a finished run relaunched) reports 0: None instead.
     first_step = [float(r[4]) if r[4] else None for r in rows]
     cpu_s, samples = float(rows[:, 1].sum()), float(rows[:, 2].sum())
-    digests = metrics.gather_digests(backend, metrics.weight_digest(trainer.model.weights))
+    digests = metrics.gather_digests(backend, metrics.weight_digest(model.weights))
     return {
         "world_size": backend.info.size,
         "backend": backend.name,
@@ -141,19 +101,19 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         "precision": config.speed.precision,
         "grad_accum_steps": config.speed.grad_accum_steps,
         "compression": config.speed.compression,
-        "skipped_steps": trainer.skipped_steps,
-        "loss_scale": float(trainer.step.loss_scale.scale.numpy()),
-        "jit_compile": trainer.step.options.jit_compile,
-        **trainer.graph_facts,
+        "skipped_steps": record.skipped_steps,
+        "loss_scale": record.loss_scale,
+        "jit_compile": jit,
+        **record.graph_facts,
         "wire_bytes_per_step": backend.wire_bytes_per_step,
-        "steps": trainer.global_step,
-        "epochs": trainer.global_step / trainer.per_epoch,
-        "final_loss": trainer.loss_history[-1][1] if trainer.loss_history else None,
-        "loss_history": trainer.loss_history,
-        "test_accuracy": accuracy,
-        "accuracy_history": trainer.accuracy_history,
-        "test_loss": trainer.eval_loss_history[-1][1],
-        "eval_loss_history": trainer.eval_loss_history,
+        "steps": record.steps,
+        "epochs": record.steps / record.per_epoch,
+        "final_loss": record.loss_history[-1][1] if record.loss_history else None,
+        "loss_history": record.loss_history,
+        "test_accuracy": record.test_accuracy,
+        "accuracy_history": record.accuracy_history,
+        "test_loss": record.eval_loss_history[-1][1],
+        "eval_loss_history": record.eval_loss_history,
         "samples_per_sec": sum(per_rank),
         "samples_per_sec_per_rank": per_rank,
         # User + system CPU of every rank over the same intervals, per sample trained:
@@ -164,7 +124,7 @@ def _summary(config, backend, trainer, accuracy, wall_start):
         # end (imports, joining, the input pipeline, tracing), and peak memory.
         "first_step_after_s_per_rank": first_step,
         "peak_rss_mb_per_rank": [round(float(r[3]), 1) for r in rows],
-        "divergence_checks": trainer.divergence_checks,  # cross-rank comparisons that passed
+        "divergence_checks": record.divergence_checks,  # cross-rank comparisons that passed
         "wall_seconds": time.perf_counter() - wall_start,
         "config": config.to_dict(),
     }
@@ -223,17 +183,17 @@ def _setup(config, launch):
     return backend, jit
 
 
-def _finish(config, backend, trainer, summary, observer) -> dict:
+def _finish(config, backend, model, record, summary, observer) -> dict:
     """Chief-only side effects of a finished run; returns the summary as written."""
     info = backend.info  # an elastic ring may have re-formed with another chief
-    if trainer.already_complete:
+    if record.already_complete:
         summary = _earlier_summary(config.summary_path(), summary)
     observer.close(summary)
     if info.is_chief and config.summary_path():
         metrics.write_json_atomic(config.summary_path(), summary)
     if info.is_chief and config.export_weights:
-        metrics.write_npz_atomic(config.export_weights, trainer.model.weights)
-    if not trainer.already_complete:
+        metrics.write_npz_atomic(config.export_weights, model.weights)
+    if not record.already_complete:
         # samples/s: the summary's own figure, so the two never disagree.
         logging.info("done  | steps %d | loss %s | test accuracy %.4f | %s samples/s | %.1f s",
                      summary["steps"], console.number(summary["final_loss"]),
@@ -249,21 +209,21 @@ def run(config) -> dict:
     backend, jit = _setup(config, env.launch_info())
     info = backend.info
     data = data_lib.load(config.data)
-    per_epoch, total = _plan_steps(config, data.num_train_examples, info.size)
-    model, optimizer = _build(config, backend, data, per_epoch)
-    observer = observe.create(config, info.is_chief, info.size, total, {
+    grid = _plan_grid(config, data.num_train_examples, info.size)
+    model, optimizer = _build(config, backend, data, grid.per_epoch)
+    observer = observe.create(config, info.is_chief, info.size, grid.total, {
         "world_size": info.size, "backend": backend.name, "model": config.model,
         "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
-        "total_steps": total, "steps_per_epoch": per_epoch,
+        "total_steps": grid.total, "steps_per_epoch": grid.per_epoch,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    trainer = Trainer(config, backend, data, model, optimizer, per_epoch, total, observer,
-                      jit_compile=jit,
-                      learning_rate=lr_schedule(config.optim, info.size, per_epoch))
-    state = checkpoint.training_state(model, optimizer, trainer.step.loss_scale)
-    trainer.watchdog.start()
-    accuracy, facts = _train(config, trainer, state)
-    summary = dict(_summary(config, backend, trainer, accuracy, wall_start), **facts)
+    trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
+                      grid, observer,
+                      learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch))
+    trainer.watchdog.start()  # bounds the checkpointer's waits on peers too
+    keeper = _keeper(config, backend, data, trainer.training_state(), grid)
+    record, facts = _train(trainer, keeper)
+    summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts)
     trainer.watchdog.stop()
-    summary = _finish(config, backend, trainer, summary, observer)
+    summary = _finish(config, backend, model, record, summary, observer)
     backend.barrier()
     return summary

@@ -27,17 +27,14 @@ import time
 
 from absl import logging
 
-from horovod_train import divergence, metrics, observe, precision, stopping, watchdog
+from horovod_train import divergence, metrics, observe, stopping, watchdog
+from horovod_train.checkpoint import training_state
 from horovod_train.data import pipeline, sharding
+from horovod_train.trainer_types import RunRecord
 
 
 class TrainingDiverged(RuntimeError):
     """Gradients stayed non-finite for --max_nonfinite_steps consecutive steps."""
-
-
-def step_batch(config) -> int:
-    """Examples per rank per optimizer step: k micro-batches of --batch_size."""
-    return config.data.batch_size * config.speed.grad_accum_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +52,8 @@ class Position:
 class CheckpointKeeper:
     """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none)."""
 
-    def __init__(self, checkpointer, per_epoch: int, examples_per_step: int):
-        self.checkpointer = checkpointer
-        self.per_epoch, self.examples_per_step = per_epoch, examples_per_step
+    def __init__(self, checkpointer, grid):
+        self.checkpointer, self.grid = checkpointer, grid  # grid.EpochGrid
         self.saves_on_stop = bool(checkpointer.directory)
 
     def run(self, attempt, pause=None):
@@ -65,8 +61,8 @@ class CheckpointKeeper:
 
     def restore(self) -> Position:
         step = self.checkpointer.restore()
-        epoch, in_epoch = divmod(step, self.per_epoch)
-        return Position(step, epoch, in_epoch * self.examples_per_step)
+        epoch, in_epoch = divmod(step, self.grid.per_epoch)
+        return Position(step, epoch, in_epoch * self.grid.examples_per_step)
 
     def after_step(self, position: Position, last: bool):
         self.checkpointer.maybe_save(position.step, last=last)
@@ -81,23 +77,22 @@ class CheckpointKeeper:
 class Trainer:
     """The per-run state of the loop, and the loop (train)."""
 
-    def __init__(self, config, backend, data, model, optimizer, per_epoch, total,
-                 observer=None, jit_compile=False, learning_rate=None):
+    def __init__(self, options, backend, data, model, optimizer, grid, observer=None,
+                 learning_rate=None):
         from horovod_train.step import StepOptions, TrainStep
-        self.config, self.backend, self.data = config, backend, data
+        self.options, self.backend, self.data = options, backend, data  # TrainerOptions
         self.observer = observer or observe.NullObserver()
-        self.instrument = config.observe.instrument
+        self.instrument = options.instrument
         self.lr = learning_rate  # the schedule (value_at(step)), for the records
         self.gpu = None
         if self.instrument:  # every rank samples its own GPU; the chief gets the mean
             from horovod_train.observe.nvml import sampler_for
             self.gpu = sampler_for(backend.info.local_rank)
-        self.model, self.per_epoch, self.total = model, per_epoch, total
-        speed = config.speed
+        # The grid at the current world size (grid.py); total: this attempt's last step.
+        self.model, self.grid, self.total = model, grid, grid.total
         self.step = TrainStep(model, optimizer, backend, StepOptions(
-            accum_steps=speed.grad_accum_steps,
-            loss_scaling=precision.uses_loss_scaling(speed.precision),
-            inject_nonfinite=speed.injection(), jit_compile=jit_compile))
+            accum_steps=options.accum_steps, loss_scaling=options.loss_scaling,
+            inject_nonfinite=options.inject_nonfinite, jit_compile=options.jit_compile))
         self.skipped_steps = 0
         self.nonfinite_run = 0  # consecutive skipped steps
         # What the step's graph holds (TrainStep.graph_facts), read at the first step.
@@ -113,10 +108,10 @@ class Trainer:
         self.last_parts = None  # shares of the latest sampled step, reused until the next
         self._step_paths = set()  # how steps have been run (_run): a first call compiles
         # Bounds every wait on peers once training runs (see watchdog.py); started by run().
-        self.watchdog = watchdog.StepWatchdog(config.runtime.collective_timeout_s,
+        self.watchdog = watchdog.StepWatchdog(options.collective_timeout_s,
                                               backend.info.rank)
         # SIGTERM becomes a stop vote carried by the next step (stopping.py).
-        self.sigterm = stopping.SigtermVote(config.runtime.stop_grace_s, backend.info.rank)
+        self.sigterm = stopping.SigtermVote(options.stop_grace_s, backend.info.rank)
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
@@ -124,22 +119,35 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------
 
-    def train(self, keeper) -> float:
-        """Trains to the end under `keeper`; returns the final test accuracy. Raises
+    def train(self, keeper) -> RunRecord:
+        """Trains to the end under `keeper`; returns the run's record. Raises
         StopRequested when the ranks agreed to stop on a SIGTERM."""
         self.sigterm.install()
         try:
             # Re-forming an elastic ring is not a stalled peer: the watchdog re-arms at
             # the next step.
-            return keeper.run(lambda: self._attempt(keeper), self.watchdog.disarm)
+            accuracy = keeper.run(lambda: self._attempt(keeper), self.watchdog.disarm)
         finally:
             self.sigterm.uninstall()
+        tally = self.throughput
+        return RunRecord(
+            test_accuracy=accuracy, steps=self.global_step, per_epoch=self.grid.per_epoch,
+            loss_history=list(self.loss_history), accuracy_history=list(self.accuracy_history),
+            eval_loss_history=list(self.eval_loss_history), skipped_steps=self.skipped_steps,
+            loss_scale=float(self.step.loss_scale.scale.numpy()),
+            graph_facts=dict(self.graph_facts), divergence_checks=self.divergence_checks,
+            first_step_after_s=self.first_step_after_s, samples_per_sec=tally.rate(),
+            cpu_s=tally.cpu_s, samples=tally.samples, already_complete=self.already_complete)
+
+    def training_state(self) -> list:
+        """Every variable a resumed run needs (checkpoint.training_state)."""
+        return training_state(self.model, self.step.optimizer, self.step.loss_scale)
 
     def _attempt(self, keeper) -> float:
         """From the keeper's position to the end (or to a resize, which raises)."""
         start = keeper.restore()
         in_epoch = self._place(start)
-        if self.config.train.eval_at_start and start.launch_start:
+        if self.options.eval_at_start and start.launch_start:
             self._evaluate("start")
         if self.global_step >= self.total:
             if start.launch_start:
@@ -154,7 +162,7 @@ class Trainer:
                 epoch_done = self._train_one(stream.current, keeper)
                 if epoch_done:
                     stream.advance()
-                every = self.config.train.eval_every_epochs
+                every = self.options.eval_every_epochs
                 if epoch_done and self.global_step < self.total and every and \
                         self.position.epoch % every == 0:
                     self._evaluate(f"epoch {self.position.epoch}")
@@ -165,7 +173,7 @@ class Trainer:
         keeper's turn and the stop vote; returns whether the step ended an epoch."""
         self._one_step(batch_iter)
         epoch_done = self._advance()
-        if self.global_step % self.config.train.log_every == 0 or \
+        if self.global_step % self.options.log_every == 0 or \
                 self.global_step == self.total:
             self._log_interval()
         # Before the keeper's turn: weights that differ across ranks are never saved.
@@ -183,39 +191,35 @@ class Trainer:
     def _place(self, start: Position) -> int:
         """Points the loop at the current world size's grid: steps per epoch, the last
         step, the position. Returns the steps of the current epoch already done."""
-        cfg, size = self.config, self.backend.info.size
-        per_step = step_batch(cfg) * size
-        self.per_epoch = sharding.steps_per_epoch(self.data.num_train_examples,
-                                                  step_batch(cfg), size)
-        epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, self.per_epoch)
-        if self.per_epoch and in_epoch == self.per_epoch:  # a grown ring: epoch done
+        if self.backend.info.size != self.grid.world_size:  # a re-formed elastic ring
+            self.grid = self.grid.resized(self.backend.info.size)
+        per_epoch, per_step = self.grid.per_epoch, self.grid.examples_per_step
+        epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, per_epoch)
+        if per_epoch and in_epoch == per_epoch:  # a grown ring: epoch done
             epoch, in_epoch = epoch + 1, 0
-        self.total = start.step + (cfg.train.epochs - epoch) * self.per_epoch - in_epoch
-        if cfg.train.max_steps:
-            self.total = min(self.total, cfg.train.max_steps)
+        self.total = self.grid.last_step(start.step, epoch, in_epoch)
         self.global_step = start.step
         self.position = Position(start.step, epoch, in_epoch * per_step)
         return in_epoch
 
     def _advance(self) -> bool:
         """Moves the position one step on; returns whether that ended an epoch."""
-        per_step = step_batch(self.config) * self.backend.info.size
-        p = self.position
+        per_step, p = self.grid.examples_per_step, self.position
         examples = p.epoch_examples + per_step
-        done = examples // per_step >= self.per_epoch
+        done = examples // per_step >= self.grid.per_epoch
         self.position = Position(self.global_step, p.epoch + done, 0 if done else examples)
         return done
 
     def _epoch_batches(self, in_epoch: int):
         """This rank's batches from the position to the last step (no further epochs),
         as a pipeline.EpochStream."""
-        cfg, epoch = self.config, self.position.epoch
-        epochs = min(cfg.train.epochs,
-                     epoch + -(-(in_epoch + self.total - self.global_step) // self.per_epoch))
+        opts, epoch, grid = self.options, self.position.epoch, self.grid
+        epochs = min(grid.epochs,
+                     epoch + -(-(in_epoch + self.total - self.global_step) // grid.per_epoch))
         return pipeline.epoch_batches(
-            self.data, self.backend, batch_size=step_batch(cfg), seed=cfg.runtime.seed,
-            threads=cfg.data.data_threads, per_epoch=self.per_epoch, epochs=epochs,
-            start_step=epoch * self.per_epoch + in_epoch)
+            self.data, self.backend, batch_size=grid.step_batch, seed=opts.seed,
+            threads=opts.data_threads, per_epoch=grid.per_epoch, epochs=epochs,
+            start_step=epoch * grid.per_epoch + in_epoch)
 
     # -- one step ---------------------------------------------------------------------
 
@@ -230,11 +234,11 @@ class Trainer:
         """One step on the next batch: (loss, finite, stop, seconds waited for it, split,
         which of the three ways it ran)."""
         if self.instrument and self.backend.supports_split_step and \
-                metrics.sample_split(self.global_step + 1, self.config.train.log_every):
+                metrics.sample_split(self.global_step + 1, self.options.log_every):
             x, y, waited = self._fetch(batch_iter)
             loss, finite, stop, parts = self.step.timed(x, y, *controls)
             return loss, finite, stop, waited, parts, "split"
-        if self.config.runtime.deterministic:  # op determinism refuses feed.py's clock
+        if self.options.deterministic:  # op determinism refuses feed.py's clock
             x, y, waited = self._fetch(batch_iter)
             return (*self.backend.run_step(self.step.fused, x, y, *controls), waited, None,
                     "fetched")
@@ -271,7 +275,7 @@ class Trainer:
         self.meter.traced |= traced  # the interval's rate is set-up, not throughput
         if parts is not None and not traced:  # a split that traced says nothing
             self.last_parts = parts
-        self.meter.add(step_batch(self.config), waited, t2 - t0 - waited, loss)
+        self.meter.add(self.grid.step_batch, waited, t2 - t0 - waited, loss)
         if self.graph_facts["collective_ops_per_step"] is None:
             # This process's first step: collectives counted (timed out, below).
             cpu = metrics.process_cpu_s()
@@ -294,7 +298,7 @@ class Trainer:
         logging.warning("step %d: non-finite gradients; step skipped on every rank "
                         "(loss scale now %g)", self.global_step,
                         float(self.step.loss_scale.scale.numpy()))
-        if self.nonfinite_run >= self.config.speed.max_nonfinite_steps:
+        if self.nonfinite_run >= self.options.max_nonfinite_steps:
             raise TrainingDiverged(
                 f"training diverged: gradients were non-finite for {self.nonfinite_run} "
                 f"consecutive steps (--max_nonfinite_steps) up to step {self.global_step}. "
@@ -307,8 +311,8 @@ class Trainer:
         --divergence_check_steps steps, and the last step (a run cut short by
         --max_steps mid-epoch is checked too). A function of the position alone, the same
         on every rank, so every rank joins the same collectives."""
-        every = self.config.train.divergence_check_steps
-        if epoch_done and divergence.epoch_end_due(self.global_step, self.per_epoch,
+        every = self.options.divergence_check_steps
+        if epoch_done and divergence.epoch_end_due(self.global_step, self.grid.per_epoch,
                                                    first=self.position.epoch == 1):
             return f"epoch {self.position.epoch} end"
         if every and self.global_step % every == 0:
@@ -336,7 +340,7 @@ class Trainer:
         # its steps): like a step's tracing, set-up that the run does not pay again.
         self.meter.traced |= not self.divergence_checks
         if not self.divergence_checks:  # once, to show the guard is on; then silent
-            every = self.config.train.divergence_check_steps
+            every = self.options.divergence_check_steps
             logging.info("divergence | weights identical on %d ranks at %s (checked at epoch "
                          "ends%s)", len(rows), where, f" and every {every} steps" if every else "")
         self.divergence_checks += 1

@@ -9,13 +9,14 @@ tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
 
 import models  # noqa: E402
-from horovod_train import checkpoint, divergence, loop  # noqa: E402
+from horovod_train import checkpoint, divergence, schedules  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import data as data_lib  # noqa: E402
 from horovod_train.backends.base import ProcessInfo  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
-from horovod_train.data import sharding  # noqa: E402
+from horovod_train.grid import epoch_grid  # noqa: E402
 from horovod_train.trainer import CheckpointKeeper, Trainer  # noqa: E402
+from horovod_train.trainer_types import TrainerOptions  # noqa: E402
 
 
 def _model(name="digits_cnn", seed=0):
@@ -147,16 +148,15 @@ def _trainer(epochs, every, max_steps=0):
     backend = LocalBackend()
     backend.setup()
     data = data_lib.load(config.data)
-    per_epoch = sharding.steps_per_epoch(data.num_train_examples, config.data.batch_size, 1)
-    total = min(per_epoch * epochs, max_steps or per_epoch * epochs)
+    grid = epoch_grid(data.num_train_examples, config.data.batch_size, 1, epochs, max_steps)
     model = models.get_model(config.model, input_shape=data.input_shape,
                              num_classes=data.num_classes)
-    optimizer = loop.make_optimizer(config.optim, 1, per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, 1, grid.per_epoch)
     optimizer.build(model.trainable_variables)
-    trainer = Trainer(config, backend, data, model, optimizer, per_epoch, total,
-                      learning_rate=loop.lr_schedule(config.optim, 1, per_epoch))
-    keeper = CheckpointKeeper(checkpoint.Checkpointer(config, backend, [], per_epoch),
-                              per_epoch, config.data.batch_size)
+    trainer = Trainer(TrainerOptions.from_config(config, jit_compile=False), backend, data,
+                      model, optimizer, grid,
+                      learning_rate=schedules.lr_schedule(config.optim, 1, grid.per_epoch))
+    keeper = CheckpointKeeper(checkpoint.Checkpointer(config, backend, [], grid.per_epoch), grid)
     return trainer, keeper
 
 
@@ -177,7 +177,7 @@ def test_the_trainer_checks_its_trainable_weights_at_epoch_ends_and_the_last_ste
     (none here), and the last step."""
     trainer, keeper = _trainer(epochs=2, every=0)
     trainer.train(keeper)
-    p = trainer.per_epoch
+    p = trainer.grid.per_epoch
     assert p < divergence.MIN_STEPS_BETWEEN_EPOCH_CHECKS
     assert [(s, w) for s, w, _ in checks] == [(p, "epoch 1 end"), (2 * p, "the last step")]
     assert {n for _, _, n in checks} == {len(trainer.model.trainable_variables)}
@@ -187,7 +187,7 @@ def test_the_trainer_checks_its_trainable_weights_at_epoch_ends_and_the_last_ste
 def test_with_an_interval_the_trainer_also_checks_every_n_steps_and_at_the_last(checks):
     trainer, keeper = _trainer(epochs=3, every=15, max_steps=100)
     trainer.train(keeper)
-    p = trainer.per_epoch  # 44 steps of 32 digits
+    p = trainer.grid.per_epoch  # 44 steps of 32 digits
     # The first epoch end, the N-step points and the last step; epoch 2 (ending at 88)
     # crossed no multiple of MIN_STEPS, so it is not compared.
     assert [s for s, _, _ in checks] == sorted([*range(15, 101, 15), p, 100])

@@ -8,7 +8,7 @@ import keras  # noqa: E402
 
 import models  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
-from horovod_train import loop  # noqa: E402
+from horovod_train import loop, schedules  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.step import (XLA_MUST_COMPILE, StepOptions, TrainStep,  # noqa: E402
                                 xla_collectives, xla_functions)
@@ -167,7 +167,7 @@ def test_steps_on_one_batch_drive_its_loss_down():
 
 
 def test_warmup_schedule_goes_from_base_to_scaled_rate():
-    schedule = loop.WarmupScaledRate(0.1, 0.4, warmup_steps=10)
+    schedule = schedules.WarmupScaledRate(0.1, 0.4, warmup_steps=10)
     assert float(schedule(0)) == pytest.approx(0.1)
     assert float(schedule(5)) == pytest.approx(0.25)
     assert float(schedule(50)) == pytest.approx(0.4)

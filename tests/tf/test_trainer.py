@@ -8,13 +8,15 @@ tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
 
 import models  # noqa: E402
-from horovod_train import checkpoint, loop  # noqa: E402
+from horovod_train import checkpoint, schedules  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import data as data_lib  # noqa: E402
 from horovod_train.backends.base import ProcessInfo  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.data import sharding  # noqa: E402
+from horovod_train.grid import epoch_grid  # noqa: E402
 from horovod_train.trainer import CheckpointKeeper, Position, Trainer  # noqa: E402
+from horovod_train.trainer_types import TrainerOptions  # noqa: E402
 
 BATCH = 32
 
@@ -29,13 +31,14 @@ def _trainer(epochs=2, log_every=8):
     backend = LocalBackend()
     backend.setup()
     data = data_lib.load(config.data)
-    per_epoch = sharding.steps_per_epoch(data.num_train_examples, BATCH, 1)
+    grid = epoch_grid(data.num_train_examples, BATCH, 1, epochs)
     model = models.get_model(config.model, input_shape=data.input_shape,
                              num_classes=data.num_classes)
-    optimizer = loop.make_optimizer(config.optim, 1, per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, 1, grid.per_epoch)
     optimizer.build(model.trainable_variables)
-    return Trainer(config, backend, data, model, optimizer, per_epoch, per_epoch * epochs,
-                   learning_rate=loop.lr_schedule(config.optim, 1, per_epoch))
+    return Trainer(TrainerOptions.from_config(config, jit_compile=False), backend, data, model,
+                   optimizer, grid,
+                   learning_rate=schedules.lr_schedule(config.optim, 1, grid.per_epoch))
 
 
 def _steps(history):
@@ -44,10 +47,10 @@ def _steps(history):
 
 def test_plain_run_evaluates_at_start_after_each_epoch_and_logs_the_last_step():
     trainer = _trainer(epochs=3)
-    keeper = CheckpointKeeper(checkpoint.Checkpointer(trainer.config, trainer.backend, [],
-                                                      trainer.per_epoch), trainer.per_epoch, BATCH)
+    keeper = CheckpointKeeper(checkpoint.Checkpointer(cfg.RunConfig(), trainer.backend, [],
+                                                      trainer.grid.per_epoch), trainer.grid)
     trainer.train(keeper)
-    per_epoch, total = trainer.per_epoch, trainer.total
+    per_epoch, total = trainer.grid.per_epoch, trainer.total
     assert trainer.global_step == total == 3 * per_epoch and total % 8
     assert _steps(trainer.accuracy_history) == [0, per_epoch, 2 * per_epoch, total]
     assert _steps(trainer.loss_history) == [*range(8, total, 8), total]
@@ -120,7 +123,7 @@ def test_a_ring_re_formed_at_another_size_is_re_placed_mid_epoch():
     total = epoch_end + per_epoch_2
     assert keeper.pauses == 1
     assert keeper.starts == [(Position(), 1), (Position(10, 0, 10 * BATCH), 2)]
-    assert trainer.per_epoch == per_epoch_2 and trainer.global_step == trainer.total == total
+    assert trainer.grid.per_epoch == per_epoch_2 and trainer.global_step == trainer.total == total
     assert _steps(trainer.accuracy_history) == [0, epoch_end, total]
     # One interval before the resize (8), then every 8th step and the last one.
     assert _steps(trainer.loss_history) == [8, *range(16, total, 8), total]

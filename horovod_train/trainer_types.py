@@ -1,0 +1,67 @@
+"""What goes into the Trainer (TrainerOptions) and what comes out of it (RunRecord).
+
+The Trainer sees only the options it reads, not the whole RunConfig, so what shapes
+the loop is visible in one place; loop.py builds them and writes the summary from the
+record, reading nothing else of the Trainer.
+"""
+import dataclasses
+
+from horovod_train import precision
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerOptions:
+    """No defaults: RunConfig's are the only ones (built by from_config)."""
+    # The step (step.StepOptions).
+    accum_steps: int
+    loss_scaling: bool
+    inject_nonfinite: tuple | None  # (step, rank)
+    jit_compile: bool
+    max_nonfinite_steps: int
+    # The cadence of the loop; every rank has the same, so collectives line up.
+    log_every: int
+    eval_at_start: bool
+    eval_every_epochs: int
+    divergence_check_steps: int
+    # The input pipeline and the process.
+    seed: int
+    data_threads: int
+    deterministic: bool  # op determinism: no batch fetched inside the step
+    instrument: bool
+    collective_timeout_s: float
+    stop_grace_s: float
+
+    @classmethod
+    def from_config(cls, config, jit_compile: bool) -> "TrainerOptions":
+        """`jit_compile` is resolved from the config and the devices (config.py)."""
+        speed, train, runtime = config.speed, config.train, config.runtime
+        return cls(
+            accum_steps=speed.grad_accum_steps,
+            loss_scaling=precision.uses_loss_scaling(speed.precision),
+            inject_nonfinite=speed.injection(), jit_compile=jit_compile,
+            max_nonfinite_steps=speed.max_nonfinite_steps, log_every=train.log_every,
+            eval_at_start=train.eval_at_start, eval_every_epochs=train.eval_every_epochs,
+            divergence_check_steps=train.divergence_check_steps, seed=runtime.seed,
+            data_threads=config.data.data_threads, deterministic=runtime.deterministic,
+            instrument=config.observe.instrument,
+            collective_timeout_s=runtime.collective_timeout_s, stop_grace_s=runtime.stop_grace_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What one rank's Trainer.train() leaves for the summary; histories are (step, value)."""
+    test_accuracy: float
+    steps: int  # optimizer steps done
+    per_epoch: int  # steps per epoch on the last grid (an elastic ring's may have changed)
+    loss_history: list  # loss averaged over ranks, per logging interval
+    accuracy_history: list
+    eval_loss_history: list
+    skipped_steps: int  # skipped on non-finite gradients
+    loss_scale: float  # the final one
+    graph_facts: dict  # TrainStep.graph_facts: collectives in the step's graph, XLA
+    divergence_checks: int  # cross-rank weight comparisons that passed
+    first_step_after_s: float | None  # process start to first step's end; None: no step
+    samples_per_sec: float | None  # this rank's metrics.Throughput figure (THE samples/s)
+    cpu_s: float  # this rank's CPU seconds over the same intervals
+    samples: float  # samples in those intervals
+    already_complete: bool  # restored at (or past) the last step: nothing trained
