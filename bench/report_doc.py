@@ -22,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import common, doc_tables  # noqa: E402
+from scripts import doc_blocks  # noqa: E402
 
 KEPT = os.path.join(common.ROOT, "docs", "bench-results")
 DOC = os.path.join(common.ROOT, "docs", "benchmarks.md")
@@ -82,18 +83,9 @@ BLOCKS = {
 
 def render(doc: str, blocks=None) -> str:
     """`doc` with each <!-- begin NAME --> ... <!-- end NAME --> block made anew."""
-    for name, table in (BLOCKS if blocks is None else blocks).items():
-        begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
-        head, found, rest = doc.partition(begin)
-        if not found:
-            raise SystemExit(f"{DOC}: no '{begin}' marker; expected one per block of "
-                             f"bench/report_doc.py's BLOCKS. Fix: put the markers where the "
-                             f"table goes, or take {name!r} out of BLOCKS")
-        _, found, tail = rest.partition(end)
-        if not found:
-            raise SystemExit(f"{DOC}: '{begin}' has no '{end}'. Fix: close the block")
-        doc = f"{head}{begin}\n{table()}\n{end}{tail}"
-    return doc
+    tables = BLOCKS if blocks is None else blocks
+    return doc_blocks.fill(doc, {name: table() for name, table in tables.items()}, DOC,
+                           "bench/report_doc.py's BLOCKS")
 
 
 def main(argv=None) -> int:

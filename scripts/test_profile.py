@@ -32,6 +32,9 @@ import time
 import xml.etree.ElementTree as ET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from a checkout
+from scripts import doc_blocks  # noqa: E402
+
 OUT = os.path.join(ROOT, "runs", "test-profile")
 PACKAGES = ("horovod_train", "launch", "models")
 LOG_VAR = "HT_PROCESS_LOG"
@@ -327,16 +330,7 @@ def sections() -> dict:
 
 def render(doc: str) -> str:
     """`doc` with each <!-- begin NAME --> ... <!-- end NAME --> block made anew."""
-    for name, body in sections().items():
-        begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
-        head, found, rest = doc.partition(begin)
-        if not found:
-            raise SystemExit(f"{DOC}: no '{begin}' marker; expected one per generated table")
-        _, found, tail = rest.partition(end)
-        if not found:
-            raise SystemExit(f"{DOC}: '{begin}' has no '{end}'")
-        doc = f"{head}{begin}\n{body}\n{end}{tail}"
-    return doc
+    return doc_blocks.fill(doc, sections(), DOC, "scripts/test_profile.py's sections()")
 
 
 def main(argv=None) -> int:
