@@ -156,7 +156,7 @@ def slurm_step(env=None) -> SlurmStep | None:
                   f"a node index below SLURM_STEP_NUM_NODES={len(nodes)}")
     local = _below(env, contract.SLURM_LOCALID, counts[node],
                    f"a local rank below this node's {counts[node]} tasks "
-                   f"(SLURM_STEP_TASKS_PER_NODE {env[contract.SLURM_STEP_TASKS_PER_NODE]!r})")
+                   f"(SLURM_STEP_TASKS_PER_NODE {per_node!r})")
     return SlurmStep(rank, size, local, counts[node], node, tuple(nodes), tuple(counts))
 
 
