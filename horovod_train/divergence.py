@@ -8,7 +8,7 @@ ends with as many models as ranks and reports one. So the trainers compare a che
 checksum of the trainable weights across ranks at epoch ends (and, if asked, every N
 steps) and stop every rank when one differs.
 
-Backend-blind: one allreduce_mean through the Backend interface. TensorFlow is imported
+Backend-blind: one allgather through the backend's communicator. TensorFlow is imported
 where it is used, so the CLI's exit path and the pure tests import this module without it.
 """
 import re
@@ -103,18 +103,10 @@ def _compiled_checksum(variables):
 
 
 def gather(backend, local_checksum) -> np.ndarray:
-    """Every rank's checksum, as a [size, 2] float64 array on every rank: this rank's in
-    its own row of a zero table, one allreduce_mean, times size.
-
-    Every row goes through the same arithmetic (zeros added, divided and multiplied by
-    size), so identical checksums give bit-identical rows. For sizes that are not a
-    power of two the division can round: two checksums a unit in the last place apart
-    may then compare equal. A real divergence moves the sums far more than that."""
-    import tensorflow as tf
-    size, rank = backend.info.size, backend.info.rank
-    table = np.zeros((size, 2), np.float64)
-    table[rank] = np.asarray(local_checksum, np.float64)
-    return backend.allreduce_mean(tf.constant(table)).numpy() * size
+    """Every rank's checksum, as a [size, 2] float64 array on every rank (one allgather:
+    the bits each rank computed, moved, never added)."""
+    from horovod_train import metrics
+    return metrics.gather_rows(backend, np.asarray(local_checksum, np.float64))
 
 
 def differing_ranks(rows) -> list[int]:
@@ -171,13 +163,10 @@ _VERDICT = re.compile(r"ranks diverged: ranks? (?P<ranks>[\d, .()a-z]+?) holds? 
 
 
 def _has_peers(backend) -> bool:
-    """More than one rank, reached by a collective. The base class's allreduce_mean is
-    the one-process identity (its defaults are "no communication"): a backend that keeps
-    it has nobody to compare with, whatever its info says (a test that re-forms a
-    "ring" of two in one process), and a gathered table would hold zeros for the peer."""
-    from horovod_train.backends.base import Backend
-    return backend.info.size > 1 and \
-        type(backend).allreduce_mean is not Backend.allreduce_mean
+    """More than one rank, reached by a collective: a one-process communicator has
+    nobody to compare with, whatever the backend's info says (a test that re-forms a
+    "ring" of two in one process)."""
+    return backend.info.size > 1 and backend.comm.reaches_peers
 
 
 def check(backend, variables, step: int, where: str):

@@ -69,11 +69,9 @@ def fetch_timed(iterator):
     return batch, waited
 
 
-def fed_step(step_fn, run):
-    """tf.function(iterator, *extra) -> (step_fn(x, y, *extra), seconds waited).
-
-    `run(step_fn, args)` is how the backend calls a step (strategy.run for mwms)."""
+def fed_step(step_fn):
+    """tf.function(iterator, *extra) -> (step_fn(x, y, *extra), seconds waited)."""
     def call(iterator, *extra):
         (x, y), waited = fetch_timed(iterator)
-        return run(step_fn, (x, y, *extra)), waited
+        return step_fn(x, y, *extra), waited
     return tf.function(call)

@@ -212,16 +212,11 @@ def weight_digest(variables) -> str:
 
 
 def gather_rows(backend, row) -> np.ndarray:
-    """Every rank's `row` (floats) as a [size, len] array, on every rank.
-
-    Built from allreduce alone (each rank fills its own row of a zero matrix), so
-    any backend can do it without an allgather of its own.
-    """
+    """Every rank's `row` (floats) as a [size, len] array, on every rank: one allgather
+    of this rank's row (a one-process communicator returns the row itself)."""
     import tensorflow as tf
-    size, rank = backend.info.size, backend.info.rank
-    table = np.zeros((size, len(row)), np.float64)
-    table[rank] = row
-    return backend.allreduce_mean(tf.constant(table)).numpy() * size
+    mine = tf.constant(np.asarray(row, np.float64).reshape(1, -1))
+    return backend.comm.allgather(mine).numpy()
 
 
 def gather_digests(backend, digest: str) -> list[str]:

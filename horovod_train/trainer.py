@@ -233,7 +233,7 @@ class Trainer:
     def _run(self, batch_iter, controls):
         """One step on the next batch: (loss, finite, stop, seconds waited for it, split,
         which of the three ways it ran)."""
-        if self.instrument and self.backend.supports_split_step and \
+        if self.instrument and \
                 metrics.sample_split(self.global_step + 1, self.options.log_every):
             x, y, waited = self._fetch(batch_iter)
             loss, finite, stop, parts = self.step.timed(x, y, *controls)
@@ -381,8 +381,8 @@ class Trainer:
 
     def _evaluate(self, label):
         from horovod_train.step import evaluate
-        # Evaluation runs outside any strategy.run, on this rank's plain shard; the
-        # counts are summed over ranks afterwards.
+        # Evaluation runs on this rank's plain shard; the counts are summed over ranks
+        # afterwards.
         started, cpu = time.perf_counter(), metrics.process_cpu_s()
         info = self.backend.info
         ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)

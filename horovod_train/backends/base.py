@@ -2,12 +2,16 @@
 
 The loop is backend-blind: it calls these methods and nothing else. Defaults are the
 single-process behaviour (no communication), so a backend overrides only what it
-really does differently.
+really does differently. Its collectives live in one place, its communicator
+(`self.comm`, backends/comm.py); the methods here that reduce, broadcast or wait are
+thin functions over it, which no backend overrides.
 """
 import abc
 import contextlib
 import dataclasses
 
+from horovod_train.backends import buckets
+from horovod_train.backends.comm import Communicator, ReduceOp, wire_bytes
 from horovod_train.data.sharding import ShardInfo
 
 
@@ -31,13 +35,17 @@ class Backend(abc.ABC):
     wire_bytes_per_step: int = 0
     # Where Horovod writes its timeline, or None: this backend writes none.
     timeline_path: str | None = None
-    # False where the gradients must be computed inside run_replica (mwms).
-    supports_split_step = True
     # Graph op types that move data between ranks (for counting them per step).
     collective_op_types = frozenset()
 
+    # How gradients travel: bytes per bucket (backends/buckets.py; 0: one call after
+    # backprop) and the compression name (contract.COMPRESSIONS).
+    bucket_bytes: int = 0
+    compression: str = "none"
+
     def __init__(self):
         self.info = ProcessInfo()
+        self.comm = Communicator(self)  # setup() installs the backend's own
         # Environment defaults setup() chose for ranks sharing CPU cores (logged once).
         self.chosen_env: dict[str, str] = {}
         self._fed = {}  # step_fn -> its compiled fetch-and-run (see run_step_fed)
@@ -59,11 +67,6 @@ class Backend(abc.ABC):
         """Context in which models and optimizers must be built."""
         return contextlib.nullcontext()
 
-    def keras_scope(self):
-        """Where the Keras drop-in (model.fit, reducing through graph_mean) builds its
-        model and optimizer: scope() unless a backend says otherwise."""
-        return self.scope()
-
     def distribute_dataset(self, dataset_fn):
         """dataset_fn(ShardInfo) -> tf.data.Dataset of this rank's batches."""
         return dataset_fn(ShardInfo(self.info.rank, self.info.size))
@@ -78,42 +81,44 @@ class Backend(abc.ABC):
         Returns (outputs as run_step returns them, seconds waited for the batch)."""
         if step_fn not in self._fed:
             from horovod_train import feed
-            self._fed[step_fn] = feed.fed_step(step_fn, self._call_step)
+            self._fed[step_fn] = feed.fed_step(step_fn)
         return self._fed[step_fn](iterator, *args)
 
-    def _call_step(self, step_fn, args):
-        """How a compiled step calls step_fn on its batch (inside its tf.function)."""
-        return step_fn(*args)
-
     def run_replica(self, fn, *args):
-        """Inside a compiled step: fn(*args) where this rank's collectives can run (mwms:
-        its replica context); returns this rank's results as plain tensors."""
+        """Inside a compiled step: fn(*args). Every backend's collectives run in any
+        tf.function, so there is nothing to enter."""
         return fn(*args)
 
-    def allreduce_gradients(self, grads):
-        """Averages gradients over ranks; called through run_replica inside the compiled
-        step, never inside an XLA-compiled function. Every rank gets the same values,
-        so the finite check on them needs no further agreement."""
-        return grads
+    def allreduce_gradients(self, grads, compression=None) -> list:
+        """Averages gradients over ranks, in graph (the train step, the Keras drop-in)
+        or eagerly; never inside an XLA-compiled function. One grouped allreduce per
+        bucket, last layers first: each is issued as soon as backprop has produced its
+        gradients, so the early buckets travel while the rest is computed; every rank
+        builds the same buckets. Every rank gets the same values, so the finite check
+        on them needs no further agreement. `compression` (None: the backend's own)."""
+        grads = list(grads)
+        compression = compression or self.compression
+        sizes = [g.shape.num_elements() * g.dtype.size for g in grads]
+        out = [None] * len(grads)
+        for bucket in buckets.buckets(sizes, self.bucket_bytes):
+            reduced = self.comm.grouped_allreduce([grads[i] for i in bucket], ReduceOp.AVERAGE,
+                                                  compression=compression)
+            for i, r in zip(bucket, reduced):
+                out[i] = r
+        self.wire_bytes_per_step = wire_bytes(grads, compression) if self.comm.reaches_peers else 0
+        return out
 
     def step_graph_def(self, step_fn, *args):
         """The GraphDef one call of step_fn runs (for inspection and tests)."""
         return step_fn.get_concrete_function(*args).graph.as_graph_def()
 
     def allreduce_mean(self, value):
-        """Averages a tensor over ranks, eagerly (metrics and collective decisions)."""
-        return value
-
-    def graph_mean(self, tensors, compression=None) -> list:
-        """Averages tensors over ranks from inside a plain tf.function, outside any
-        replica context (the Keras drop-in's train step); `compression` (a name in
-        contract.COMPRESSIONS, None: the backend's own) applies as in
-        allreduce_gradients. Every rank must call it with the same shapes, in the same
-        order. One process: the tensors themselves."""
-        return list(tensors)
+        """Averages a tensor over ranks (metrics and collective decisions)."""
+        return self.comm.allreduce(value, ReduceOp.AVERAGE)
 
     def broadcast_variables(self, variables):
         """Copies rank 0's values into `variables` (Keras 3 variables) on every rank."""
+        self.comm.broadcast_variables(list(variables), root_rank=0)
 
     def elastic_driver(self, owner):
         """What hvd.elastic's KerasState needs of an elastic runtime (host updates, the
@@ -121,11 +126,6 @@ class Backend(abc.ABC):
         script runs once and a lost rank ends the job."""
         return None
 
-    def tensor_ops(self):
-        """The tensor collectives scripts call by Horovod's names (backends/ops.py);
-        not used by the training loop."""
-        from horovod_train.backends.ops import TensorOps
-        return TensorOps(self)
-
     def barrier(self):
         """Returns once every rank has called it."""
+        self.comm.barrier()

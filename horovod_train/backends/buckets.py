@@ -1,12 +1,12 @@
-"""Which gradients travel together: the one bucketing rule of the horovod backend.
+"""Which gradients travel together: the one bucketing rule of every backend.
 
 Backprop produces gradients from the last layer to the first, so the list (in the
 model's variable order) is walked backwards and cut into buckets of at least
 `bucket_bytes`. Each bucket is one collective, issued in the compiled step as soon as
 its gradients exist: the first buckets travel while the backward pass still computes
-the early layers' gradients. TF's MultiWorkerMirroredStrategy packs with the same rule
-(reverse, then group by size: CommunicationOptions.bytes_per_pack), so the mwms backend
-hands it the same size instead of cutting the list itself.
+the early layers' gradients (TF's MultiWorkerMirroredStrategy packs by the same rule,
+CommunicationOptions.bytes_per_pack; the mwms backend cuts the list here instead, since
+its collectives do not go through the strategy).
 
 TF-free: a pure function of byte sizes.
 """

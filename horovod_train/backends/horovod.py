@@ -3,7 +3,7 @@
 We deliberately do not use horovod.tensorflow.keras: under Keras 3 its
 DistributedOptimizer leaves ranks silently diverged and its broadcast callback
 fails ("'Variable' object has no attribute 'ref'"). Keras 3 variables wrap a
-tf.Variable (`v.value`); every collective here acts on that.
+tf.Variable (`v.value`); every collective (horovod_comm.py) acts on that.
 """
 import os
 
@@ -12,6 +12,7 @@ import tensorflow as tf
 from horovod_train import devices
 from horovod_train.backends import buckets
 from horovod_train.backends.base import Backend, ProcessInfo
+from horovod_train.backends.horovod_comm import HorovodComm
 from horovod_train.config import DEFAULT_BUCKET_MB
 from horovod_train.errors import UsageError, check_choice
 from launch import contract
@@ -118,10 +119,10 @@ class HorovodBackend(Backend):
                            if k not in self.knobs}
         os.environ.update(self.chosen_env)
         os.environ.update(self.knobs)
-        self._elastic = contract.horovod_elastic(os.environ)
         hvd = self._hvd
         hvd.init()
         self.info = ProcessInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
+        self.comm = HorovodComm(self, hvd, elastic=contract.horovod_elastic(os.environ))
         if self.bucket_mb is None:  # the controller is known only now
             self.bucket_bytes = buckets.mib_to_bytes(
                 unset_bucket_mb(self.info.local_size, gpus, hvd.gloo_enabled()))
@@ -130,100 +131,6 @@ class HorovodBackend(Backend):
         self.gpu = devices.pin_gpu(self.info.local_rank, self.info.local_size,
                                    chief=self.info.is_chief)
         return self.info
-
-    def allreduce_gradients(self, grads, compression=None):
-        # One allreduce per bucket (backends/buckets.py), last layers first: each is
-        # issued as soon as backprop has produced its gradients, so the early buckets
-        # travel while the rest is computed; every rank builds the same buckets.
-        grads = list(grads)
-        compression = compression or self.compression
-        reduce = self._allreduce_bf16 if compression == "bf16" else \
-            lambda part: self._allreduce(part, tf.float16 if compression == "fp16" else None)
-        sizes = [g.shape.num_elements() * g.dtype.size for g in grads]
-        out, wire = [None] * len(grads), 0
-        for bucket in buckets.buckets(sizes, self.bucket_bytes):
-            reduced, sent = reduce([grads[i] for i in bucket])
-            wire += sent
-            for i, r in zip(bucket, reduced):
-                out[i] = r
-        self.wire_bytes_per_step = wire
-        return out
-
-    def _allreduce(self, grads, wire):
-        """(means, bytes sent): the bucket's mean, cast to `wire` for the trip."""
-        sent = [tf.cast(g, wire) if wire else g for g in grads]
-        reduced = self._packed_mean(sent)
-        return ([tf.cast(r, g.dtype) for r, g in zip(reduced, grads)],
-                sum(g.shape.num_elements() * g.dtype.size for g in sent))
-
-    def _packed_mean(self, tensors) -> list:
-        """Means of `tensors`: per dtype, ONE allreduce of them all laid end to end, then
-        cut back. Horovod's cost grows with the number of tensors it is handed (an entry
-        each to negotiate, copy into its fusion buffer and out again: 128 x 16 KiB took
-        2.8x one tensor of the same bytes); TF's concat and split are one pass each.
-        Elementwise the same sums, so the same result as a grouped allreduce."""
-        out = [None] * len(tensors)
-        by_dtype = {}
-        for i, t in enumerate(tensors):
-            by_dtype.setdefault(t.dtype, []).append(i)
-        for index in by_dtype.values():
-            if len(index) == 1:
-                out[index[0]] = self._mean(tensors[index[0]])
-                continue
-            flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in index], axis=0)
-            mean = self._mean(flat)
-            parts = tf.split(mean, [tensors[i].shape.num_elements() for i in index])
-            for i, part in zip(index, parts):
-                out[i] = tf.reshape(part, tf.shape(tensors[i]))
-        return out
-
-    def _mean(self, tensor):
-        """The ranks' mean of one tensor. Horovod's Average sums and then divides, in a
-        pass of its own over the result; scaling by 1 / size on the way in (Horovod's
-        prescale, done in the copy of the input into the output) and summing saves that
-        pass under MPI: 16 MiB in 5.9 ms instead of 7.3 (docs/benchmarks.md, M3). With a
-        power-of-two size the two are bitwise the same. An elastic ring can re-form at
-        another size under a traced step, so there Horovod's Average (size read when it
-        runs) stays."""
-        if self._elastic:
-            return self._hvd.allreduce(tensor, op=self._hvd.Average)
-        return self._hvd.allreduce(tensor, op=self._hvd.Sum, prescale_factor=1.0 / self.info.size)
-
-    def graph_mean(self, tensors, compression=None) -> list:
-        # Horovod's ops run in any tf.function, replica context or not.
-        if self.info.size == 1:
-            return list(tensors)
-        return self.allreduce_gradients(tensors, compression)
-
-    def _allreduce_bf16(self, grads):
-        """bfloat16 on the wire. Horovod's reduction kernels refuse bfloat16, so the
-        16-bit values travel by allgather (as opaque 16-bit words) and are summed in
-        float32 on arrival. Per rank that moves (n-1) * S/2 bytes, against a float32
-        ring's 2(n-1)/n * S: less up to 3 ranks, more beyond - prefer fp16 at scale."""
-        words = [tf.reshape(tf.bitcast(tf.cast(g, tf.bfloat16), tf.float16), [1, -1])
-                 for g in grads]
-        gathered = self._hvd.grouped_allgather(words)
-        return ([tf.reshape(tf.reduce_mean(tf.cast(tf.bitcast(w, tf.bfloat16), g.dtype), axis=0),
-                            tf.shape(g)) for w, g in zip(gathered, grads)],
-                sum(w.shape.num_elements() * 2 for w in words))
-
-    def allreduce_mean(self, value):
-        return self._hvd.allreduce(value, op=self._hvd.Average)
-
-    def broadcast_variables(self, variables):
-        # A Keras 3 variable wraps a tf.Variable (its .value property); a plain
-        # tf.Variable (the loss scale) is one already, and its .value is a method.
-        plain = [v if isinstance(v, tf.Variable) else v.value for v in variables]
-        self._hvd.broadcast_variables(plain, root_rank=0)
-
-    def barrier(self):
-        # horovod.tensorflow has no barrier; a scalar allreduce returns only once
-        # every rank has submitted it.
-        self._hvd.allreduce(tf.constant(0.0), op=self._hvd.Sum, name="horovod_train_barrier")
-
-    def tensor_ops(self):
-        from horovod_train.backends.horovod_ops import HorovodOps
-        return HorovodOps(self, self._hvd)
 
     def elastic_driver(self, owner):
         from horovod_train.backends import horovod_elastic

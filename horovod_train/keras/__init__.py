@@ -23,10 +23,10 @@ Or the Strategy API (`import horovod_train.keras as htk`):
 Both are one job per process (htk.state): hvd.init() joins it as htk.Strategy() does.
 Every backend runs Keras undistributed inside each process: `model.fit`, `evaluate` and
 `predict` see a plain model and this rank's plain data, and the optimizer wrapper does
-the one cross-rank step, the backend's graph_mean of the gradients, before it applies
-them. strategy.scope() is the backend's keras_scope(): for mwms NOT the MWMS scope,
-since Keras 3 `fit` under MultiWorkerMirroredStrategy fails on TF 2.21 ("unsupported
-type PerReplica"); there the strategy only configures TF's collective runtime.
+the one cross-rank step, the backend's allreduce_gradients, before it applies them.
+Under mwms that is no MWMS scope either (Keras 3 `fit` under MultiWorkerMirroredStrategy
+fails on TF 2.21, "unsupported type PerReplica"): the strategy only configures TF's
+collective runtime, which the backend's communicator uses.
 
 Ranks never silently diverge: the DistributedOptimizer broadcasts rank 0's state at its
 first update even without the broadcast callback, and a checksum of the weights is

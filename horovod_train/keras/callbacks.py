@@ -60,7 +60,7 @@ class BroadcastInitialState(keras.callbacks.Callback):
             opt.build(self.model.trainable_variables)
         variables = list(self.model.weights) + (list(opt.variables) if opt is not None else [])
         shared = [v for v in variables if id(v) not in self.local_ids]
-        self.strategy.backend.tensor_ops().broadcast_variables(shared, self.root_rank)
+        self.strategy.backend.comm.broadcast_variables(shared, self.root_rank)
         self.done = True
 
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from horovod_train import divergence
-from horovod_train.backends.ops import ReduceOp
+from horovod_train.backends.comm import ReduceOp
 
 
 class EpochGuard:
@@ -61,7 +61,7 @@ def in_step(backend, variables, iterations, every: int):
     checksum (one SUM-allreduce of a [size, 2] table holding this rank's row: adding
     zeros is exact), then the verdict, which raises on every rank alike."""
     size, rank = backend.info.size, backend.info.rank
-    ops = backend.tensor_ops()
+    ops = backend.comm
     due = tf.logical_and(iterations > 0, tf.equal(iterations % every, 0))
 
     def check():

@@ -4,7 +4,7 @@
 hvd` does, on Keras 3. hvd.init() joins the job as htk.Strategy() does (the backend
 from how the process was launched: horovodrun/mpirun/srun -> horovod, TF_CONFIG ->
 mwms, alone -> local); everything else asks the joined strategy's backend, whose
-tensor_ops() (backends/ops.py) do the collectives. What a backend cannot do raises,
+communicator (backend.comm, backends/comm.py) does the collectives. What a backend cannot do raises,
 naming it.
 """
 import pickle
@@ -12,7 +12,7 @@ import pickle
 import numpy as np
 import tensorflow as tf
 
-from horovod_train.backends.ops import ReduceOp
+from horovod_train.backends.comm import ReduceOp
 from horovod_train.errors import UsageError
 from horovod_train.keras import compression as comp
 from horovod_train.keras import state
@@ -68,7 +68,7 @@ def shutdown():
     """Leaves the job where the backend can (Horovod); is_initialized() is then False."""
     strategy = state.active()
     if strategy is not None:
-        strategy.backend.tensor_ops().shutdown()
+        strategy.backend.comm.shutdown()
         state.reset()
 
 
@@ -85,7 +85,7 @@ def _backend(what):
 
 
 def _ops(what):
-    return _backend(what).tensor_ops()
+    return _backend(what).comm
 
 
 def size() -> int:
@@ -151,16 +151,11 @@ def resolve_op(average, op) -> ReduceOp:
 
 def _compressed_allreduce(ops, tensors, op, compression, prescale, postscale):
     wire = comp.wire_name(compression)
-    if wire == "bf16":  # Horovod cannot reduce bfloat16: the backend's own route
-        if op is not ReduceOp.AVERAGE or prescale != 1.0 or postscale != 1.0:
-            raise UsageError(f"compression=hvd.Compression.bf16: received op={op!r} with scale "
-                             f"factors; expected op=hvd.Average without them. Fix: use "
-                             f"hvd.Compression.fp16 for other reductions")
-        return ops.backend.graph_mean(tensors, compression="bf16")
-    compressor = comp.by_name(wire) if wire else compression
-    sent, ctxs = zip(*[compressor.compress(t) for t in tensors]) if tensors else ((), ())
+    if wire:  # Compression.fp16/bf16: the communicator casts for the trip
+        return ops.grouped_allreduce(tensors, op, prescale, postscale, compression=wire)
+    sent, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
     reduced = ops.grouped_allreduce(list(sent), op, prescale, postscale)
-    return [compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
+    return [compression.decompress(r, c) for r, c in zip(reduced, ctxs)]
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,

@@ -10,7 +10,7 @@ Two ways to ask for gradient accumulation, each with its own meaning:
 import dataclasses
 
 from horovod_train import divergence
-from horovod_train.backends.ops import ReduceOp
+from horovod_train.backends.comm import ReduceOp
 from horovod_train.errors import UsageError, check_range
 from horovod_train.keras import compression as comp
 from launch import contract

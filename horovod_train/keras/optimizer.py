@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from horovod_train import precision
-from horovod_train.backends.ops import ReduceOp
+from horovod_train.backends.comm import ReduceOp
 from horovod_train.errors import UsageError
 from horovod_train.keras import divergence_guard, hvd_options, state
 from horovod_train.keras.hvd_options import DEFAULT_DIVERGENCE_CHECK_STEPS
@@ -290,11 +290,11 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         if not tensors:
             return []
         if self.opts.compressor is None:
-            return backend.graph_mean(tensors)
+            return backend.allreduce_gradients(tensors)
         if self.opts.wire is not None:
-            return backend.graph_mean(tensors, compression=self.opts.wire)
+            return backend.allreduce_gradients(tensors, compression=self.opts.wire)
         sent, ctxs = zip(*[self.opts.compressor.compress(t) for t in tensors])
-        reduced = backend.graph_mean(list(sent), compression="none")
+        reduced = backend.allreduce_gradients(list(sent), compression="none")
         return [self.opts.compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
 
     def _sync_at_first_update(self, variables):
@@ -303,7 +303,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         one model. Once: the condition is the inner optimizer's update count."""
         if self.strategy.size == 1:
             return
-        ops = self.strategy.backend.tensor_ops()
+        ops = self.strategy.backend.comm
         state = _unique(list(variables) + list(self.variables))
 
         def sync():

@@ -80,10 +80,10 @@ class Strategy:
     def scope(self):
         """Where to build the model and its optimizer.
 
-        The backend's keras_scope(): not MWMS's own scope, since Keras 3 fit fails under
-        it on TF 2.21; Keras stays undistributed and the optimizer wrapper reduces."""
+        The backend's scope(), which is no tf.distribute scope on any backend: Keras
+        stays undistributed and the optimizer wrapper reduces."""
         reject_native_strategy("strategy.scope()")
-        with self.backend.keras_scope():
+        with self.backend.scope():
             yield self
 
     def distributed_optimizer(self, optimizer, accum_steps=1, loss_scale="auto",

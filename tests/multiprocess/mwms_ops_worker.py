@@ -1,4 +1,4 @@
-"""One MWMS worker for test_mwms_tensor_ops.py: every case of CASES through MwmsOps,
+"""One MWMS worker for test_mwms_tensor_ops.py: every case of CASES through MwmsComm,
 eagerly and inside a tf.function (first dimensions left unknown, so keys and shapes are
 dynamic there), on rank-dependent inputs; results as JSON into argv[1].
 
@@ -78,7 +78,7 @@ def encode(value):
 def case_fn(ops, spec, size):
     """(fn, input names) for one case: fn takes the inputs as tensors."""
     import tensorflow as tf
-    from horovod_train.backends.ops import ReduceOp
+    from horovod_train.backends.comm import ReduceOp
     kind, *args = spec
     if kind == "allreduce":
         op, name, pre, post = args
@@ -86,9 +86,9 @@ def case_fn(ops, spec, size):
     if kind == "grouped_allreduce":
         return (lambda *xs: ops.grouped_allreduce(list(xs), ReduceOp[args[0]])), args[1]
     if kind == "twice":
-        # One signature twice in one traced graph, the second through a new MwmsOps
-        # as hvd.allreduce makes one per call: still two keys.
-        again = type(ops)(ops.backend)
+        # One signature twice in one traced graph, the second through another
+        # communicator: still two keys (the ordinal is per graph, not per object).
+        again = type(ops)(ops.backend, ops.backend.collective, ops.backend.timeout_s)
         return (lambda x: [ops.allreduce(x, ReduceOp.SUM),
                            again.allreduce(2 * x, ReduceOp.SUM)]), args
     if kind == "while":
@@ -127,7 +127,7 @@ def run_extras(ops, rank, mine) -> dict:
     """Eager key reuse, broadcast_variables, the Adasum refusal, facts and cross."""
     import keras
     import tensorflow as tf
-    from horovod_train.backends.ops import ReduceOp
+    from horovod_train.backends.comm import ReduceOp
     # Three shapes in turn, 50 calls: each shape's key is reused eagerly.
     loop = [ops.allreduce(tf.fill([1 + i % 3], float(i * (rank + 1))), ReduceOp.SUM).numpy()
             for i in range(LOOP_CALLS)]
@@ -159,7 +159,7 @@ def main(out_dir):
     from horovod_train import backends
     backend = backends.create("mwms", collective_timeout_s=90.0)
     info = backend.setup()
-    ops = backend.tensor_ops()
+    ops = backend.comm
     mine = inputs(info.rank, info.size)
     result = {"rank": info.rank, "size": info.size, "cases": run_cases(ops, mine, info.size),
               **run_extras(ops, info.rank, mine)}

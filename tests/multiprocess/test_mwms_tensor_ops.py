@@ -1,4 +1,4 @@
-"""Horovod's tensor collectives under MWMS (backends/mwms_ops.py) on real workers.
+"""The MWMS communicator (backends/mwms_comm.py) on real workers.
 
 One job per world size (2 workers, then 3) runs every case of mwms_ops_worker.CASES
 eagerly and inside a tf.function; each test checks what every rank wrote against

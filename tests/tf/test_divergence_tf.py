@@ -13,6 +13,7 @@ from horovod_train import checkpoint, divergence, schedules  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import data as data_lib  # noqa: E402
 from horovod_train.backends.base import ProcessInfo  # noqa: E402
+from horovod_train.backends.comm import Communicator  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.grid import epoch_grid  # noqa: E402
 from horovod_train.trainer import CheckpointKeeper, Trainer  # noqa: E402
@@ -71,23 +72,29 @@ def test_another_initialisation_gives_another_checksum():
     assert one != two
 
 
-class PeerOfRank1(LocalBackend):
-    """This process as rank 1 of 2; rank 0's checksum is `peer`: allreduce_mean adds
-    rank 0's row to ours, as a real ring would. Counts its collectives."""
+class PeerComm(Communicator):
+    """This process as rank 1 of 2; rank 0's row is `peer`: allgather puts it above
+    ours, as a real ring would. Counts its collectives."""
+    reaches_peers = True
 
+    def __init__(self, backend, peer):
+        super().__init__(backend)
+        self.peer, self.collectives = np.asarray(peer, np.float64), 0
+
+    def allgather(self, tensor):
+        self.collectives += 1
+        return tf.constant(np.vstack([self.peer.reshape(1, -1), tensor.numpy()]))
+
+
+class PeerOfRank1(LocalBackend):
     def __init__(self, peer):
         super().__init__()
-        self.peer, self.collectives = np.asarray(peer, np.float64), 0
+        self.peer = peer
 
     def setup(self):
         self.info = ProcessInfo(rank=1, size=2)
+        self.comm = PeerComm(self, self.peer)
         return self.info
-
-    def allreduce_mean(self, value):
-        self.collectives += 1
-        table = value.numpy().copy()
-        table[0] += self.peer
-        return tf.constant(table / 2)
 
 
 def _ring(peer):
@@ -100,7 +107,7 @@ def test_gather_is_one_collective_giving_every_ranks_row():
     mine = tf.constant([3.0, -2.5], tf.float64)
     backend = _ring([1.0, 7.0])
     rows = divergence.gather(backend, mine)
-    assert backend.collectives == 1 and rows.shape == (2, 2) and rows.dtype == np.float64
+    assert backend.comm.collectives == 1 and rows.shape == (2, 2) and rows.dtype == np.float64
     assert rows.tolist() == [[1.0, 7.0], [3.0, -2.5]]
 
 
@@ -115,21 +122,16 @@ def test_check_passes_on_identical_weights_and_names_the_rank_that_differs():
 
 
 def test_check_on_one_rank_calls_no_collective():
-    class Counting(LocalBackend):
-        calls = 0
-
-        def allreduce_mean(self, value):
-            Counting.calls += 1
-            return value
-    backend = Counting()
+    backend = PeerOfRank1([0.0, 0.0])
     backend.setup()
+    backend.info = ProcessInfo()
     assert divergence.check(backend, _model().trainable_variables, 1, "epoch 1 end") is None
-    assert Counting.calls == 0
+    assert backend.comm.collectives == 0
 
 
 def test_a_backend_without_communication_has_no_peer_to_compare_with():
     """A one-process backend told it is rank 0 of 2 (as tests/tf/test_trainer.py
-    re-forms a ring): its identity allreduce would fill the peer's row with zeros."""
+    re-forms a ring): its one-process allgather would hold no row for the peer."""
     backend = LocalBackend()
     backend.setup()
     backend.info = ProcessInfo(0, 2)

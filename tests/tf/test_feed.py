@@ -43,7 +43,7 @@ def test_fed_step_sees_the_batches_eager_next_would_see_in_order():
 
 
 def test_the_wait_is_the_time_blocked_on_a_slow_pipeline():
-    fed = feed.fed_step(step, lambda fn, args: fn(*args))
+    fed = feed.fed_step(step)
     ready = iter(_batches().prefetch(2))
     slow = iter(_batches(delay_s=0.05))
     fed(ready, tf.constant(1.0))  # tracing
@@ -56,7 +56,7 @@ def test_the_wait_is_the_time_blocked_on_a_slow_pipeline():
 
 def test_a_new_iterator_of_the_same_spec_reuses_the_compiled_step():
     """Elastic runs and resumes build new iterators: no retrace per iterator."""
-    fed = feed.fed_step(step, lambda fn, args: fn(*args))
+    fed = feed.fed_step(step)
     for _ in range(3):
         fed(iter(_batches()), tf.constant(1.0))
     assert fed.experimental_get_tracing_count() == 1

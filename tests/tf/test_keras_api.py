@@ -183,7 +183,7 @@ def test_xla_compiles_around_the_collective_and_trains_as_without(strategy, monk
     from horovod_train.keras.jit import SplitTrainStep
     plain, _ = _fit(strategy, keras.optimizers.Adam(0.01), batch=16, epochs=2)
     monkeypatch.setattr(strategy, "info", ProcessInfo(size=2))
-    monkeypatch.setattr(strategy.backend, "graph_mean", ring_of_one)
+    monkeypatch.setattr(strategy.backend, "allreduce_gradients", ring_of_one)
     model = _model()
     with strategy.scope():
         opt = strategy.distributed_optimizer(keras.optimizers.Adam(0.01))

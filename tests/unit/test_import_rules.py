@@ -140,11 +140,11 @@ def _rule_models(mod: Module, modules) -> list[str]:
     return found
 
 
-MWMS_MODULES = ("horovod_train/backends/mwms.py", "horovod_train/backends/mwms_ops.py")
+MWMS_MODULES = ("horovod_train/backends/mwms.py", "horovod_train/backends/mwms_comm.py")
 
 
 def _rule_mwms_apis(mod: Module, modules) -> list[str]:
-    # mwms.py and its tensor collectives for scripts (mwms_ops.py): the MWMS backend.
+    # mwms.py and its communicator (mwms_comm.py): the MWMS backend.
     if mod.rel in MWMS_MODULES or _top(mod.name) == "tests":
         return []
     found = []

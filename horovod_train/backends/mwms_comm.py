@@ -1,5 +1,10 @@
-"""Horovod's tensor collectives under MWMS: raw collective ops on the runtime the
-strategy configured (like graph_mean), outside any replica context.
+"""MWMS's collectives: raw collective ops on the runtime the strategy configured.
+
+Every collective of the mwms backend goes through here - the train step's gradients,
+the Keras drop-in's, eager means and broadcasts, gathers, Horovod's API - on one group
+key and one instance-key scheme. None runs inside strategy.run: each worker is one
+replica (one GPU at most, devices.pin_gpu), so a replica context would add nothing but
+a second way to reduce.
 
 Every collective here carries a flat 1-D tensor, so an op's shape is its element
 count. What TF 2.21 does with instance keys decides the rest (found by running it):
@@ -14,7 +19,8 @@ count. What TF 2.21 does with instance keys decides the rest (found by running i
     row), in every call of a tf.function, in every iteration of a while loop. Two
     ops of one traced function with the same signature still get distinct keys (an
     ordinal per traced graph), so neither can take the other's data.
-  - a key of another group key is another namespace: ours is graph_mean's plus one.
+  - a key of another group key is another namespace: ours is far above the ones
+    MWMS allocates (from 1 up).
   - CollectiveGatherV2 of zero elements crashes the process (SIGSEGV) and of a
     scalar aborts it (a failed shape check): allgather never sends either.
   - reduce takes float16/bfloat16/32/64, int32/64; gather not bfloat16 nor bool.
@@ -35,11 +41,11 @@ import zlib
 
 import tensorflow as tf
 
-from horovod_train.backends.mwms import GRAPH_MEAN_GROUP_KEY
-from horovod_train.backends.ops import ReduceOp, TensorOps, _scaled, split_sizes
+from horovod_train.backends import comm
+from horovod_train.backends.comm import ReduceOp, split_sizes
 from horovod_train.errors import UsageError
 
-OPS_GROUP_KEY = GRAPH_MEAN_GROUP_KEY + 1
+GROUP_KEY = 1_213_004_871
 _MERGE = {ReduceOp.AVERAGE: "Add", ReduceOp.SUM: "Add", ReduceOp.MIN: "Min",
           ReduceOp.MAX: "Max", ReduceOp.PRODUCT: "Mul"}
 _REDUCIBLE = frozenset({tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.int64})
@@ -50,21 +56,27 @@ _PRIME = 2 ** 31 - 1  # folds of the count stay far inside int64
 _ORDINALS = weakref.WeakKeyDictionary()  # traced graph -> Counter of tags
 
 
-class MwmsOps(TensorOps):
+class MwmsComm(comm.Communicator):
     """Collectives over this job's workers; every rank calls them in one order."""
 
+    reaches_peers = True
+
+    def __init__(self, backend, collective: str, timeout_s: float):
+        super().__init__(backend)
+        self._hint = {"ring": "ring", "nccl": "nccl"}.get(collective, "auto")
+        self._timeout_s = float(timeout_s)
+
     # ---- reductions ------------------------------------------------------------
-    def grouped_allreduce(self, tensors, op: ReduceOp, prescale=1.0, postscale=1.0) -> list:
-        self.check_op(op)
-        tensors = [_scaled(tf.convert_to_tensor(t), prescale) for t in tensors]
+    def _reduce(self, tensors, op: ReduceOp, prescale, postscale) -> list:
+        tensors = [comm._scaled(t, prescale) for t in tensors]
         if self.info.size > 1:
             final = "Div" if op is ReduceOp.AVERAGE else "Id"
             wide = [tf.cast(t, _reduce_dtype(t.dtype)) for t in tensors]
             reduced = self._reduce_grouped(wide, _MERGE[op], final, f"reduce/{op.value}")
             tensors = [tf.cast(r, t.dtype) for r, t in zip(reduced, tensors)]
-        return [_scaled(t, postscale) for t in tensors]
+        return [comm._scaled(t, postscale) for t in tensors]
 
-    def reducescatter(self, tensor, op: ReduceOp):
+    def reducescatter(self, tensor, op: ReduceOp = ReduceOp.AVERAGE):
         self.check_op(op)
         tensor = tf.convert_to_tensor(tensor)
         if tensor.shape.rank == 0:
@@ -108,10 +120,6 @@ class MwmsOps(TensorOps):
         out.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
         return out
 
-    def broadcast(self, tensor, root_rank: int):
-        self.check_root(root_rank)
-        return self.grouped_broadcast([tensor], root_rank)[0]
-
     def grouped_broadcast(self, tensors, root_rank: int) -> list:
         """The root's values bit for bit: an integer SUM of the root's bits and zeros
         from every other rank is exact for any dtype (-0.0 and NaNs included)."""
@@ -125,10 +133,8 @@ class MwmsOps(TensorOps):
         return [tf.reshape(_unbits(s, t.dtype), tf.shape(t)) for s, t in zip(summed, tensors)]
 
     # ---- the library itself ----------------------------------------------------
-    def facts(self) -> dict:
-        """MWMS talks gRPC (ring) or NCCL inside TF: none of Horovod's libraries."""
-        return super().facts()
-
+    # facts(): the base's all-False; MWMS talks gRPC (ring) or NCCL inside TF, none of
+    # Horovod's libraries.
     def cross(self) -> tuple[int, int]:
         """Hosts are TF_CONFIG's worker hosts in order of first appearance."""
         config = json.loads(os.environ["TF_CONFIG"])  # setup() wrote the resolved one
@@ -140,30 +146,19 @@ class MwmsOps(TensorOps):
     def _reduce_grouped(self, tensors, merge: str, final: str, tag: str) -> list:
         """One CollectiveReduceV2 per dtype over the flattened tensors, in dtype-name
         order (the same on every rank); results in the tensors' shapes."""
-        out = [None] * len(tensors)
-        by_dtype = collections.defaultdict(list)
-        for i, t in enumerate(tensors):
-            by_dtype[t.dtype].append(i)
-        for dtype, idx in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
-            flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idx], 0)
-            reduced = tf.raw_ops.CollectiveReduceV2(
-                input=flat, group_size=self.info.size, group_key=OPS_GROUP_KEY,
-                instance_key=_key(f"{tag}/{dtype.name}", flat), ordering_token=[],
-                merge_op=merge, final_op=final, communication_hint=self._hint(),
-                timeout_seconds=float(self.backend.timeout_s))
-            sizes = [tf.size(tensors[i]) for i in idx]
-            for i, part in zip(idx, tf.split(reduced, sizes)):
-                out[i] = tf.reshape(part, tf.shape(tensors[i]))
-        return out
+        def reduce_flat(flat):
+            return tf.raw_ops.CollectiveReduceV2(
+                input=flat, group_size=self.info.size, group_key=GROUP_KEY,
+                instance_key=_key(f"{tag}/{flat.dtype.name}", flat), ordering_token=[],
+                merge_op=merge, final_op=final, communication_hint=self._hint,
+                timeout_seconds=self._timeout_s)
+        return comm.packed(tensors, reduce_flat)
 
     def _gather(self, flat, tag: str):
         return tf.raw_ops.CollectiveGatherV2(
-            input=flat, group_size=self.info.size, group_key=OPS_GROUP_KEY,
+            input=flat, group_size=self.info.size, group_key=GROUP_KEY,
             instance_key=_key(tag, flat), ordering_token=[],
-            communication_hint=self._hint(), timeout_seconds=float(self.backend.timeout_s))
-
-    def _hint(self) -> str:
-        return {"ring": "ring", "nccl": "nccl"}.get(self.backend.collective, "auto")
+            communication_hint=self._hint, timeout_seconds=self._timeout_s)
 
 
 def _key(tag: str, flat):
@@ -181,7 +176,8 @@ def _key(tag: str, flat):
 def _ordinal(tag: str) -> int:
     """0 eagerly (calls run one after another); in a traced function, how many calls
     with this tag its outermost traced graph already holds. Kept per process, not per
-    MwmsOps: hvd.allreduce asks the backend for a new one at every call."""
+    one
+    communicator: every trace of every function starts from the same count."""
     if tf.executing_eagerly():
         return 0
     graph = tf.compat.v1.get_default_graph()

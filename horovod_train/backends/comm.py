@@ -1,0 +1,199 @@
+"""The communicator: the one place a backend's collectives live.
+
+Every backend has one (`backend.comm`, made in setup()); the training loop, the Keras
+drop-in, Horovod's API by Horovod's names, metric gathering and the divergence checks
+all reach other ranks through it and nothing else. This base class is the one-process
+behaviour: a collective over one rank returns its input (times the scale factors). A
+backend subclasses it in its own module (horovod_comm.py, mwms_comm.py), and what a
+backend cannot do raises `unsupported`, naming the backend.
+
+Every method works eagerly and inside a tf.function, and every rank must call them in
+the same order with the same shapes (allgather: the same shape but for the first
+dimension). `compression` ("none", "fp16", "bf16": contract.COMPRESSIONS) is the dtype
+floating tensors travel in; they come back in their own.
+"""
+import enum
+
+import tensorflow as tf
+
+from horovod_train.errors import UsageError
+
+
+class ReduceOp(enum.Enum):
+    """How values from the ranks combine (Horovod's hvd.Average, hvd.Sum, ...)."""
+    AVERAGE = "Average"
+    SUM = "Sum"
+    MIN = "Min"
+    MAX = "Max"
+    PRODUCT = "Product"
+    ADASUM = "Adasum"
+
+    def __repr__(self):
+        return f"hvd.{self.value}"
+
+
+# The facts a script can ask about the communication library (hvd.mpi_enabled(), ...).
+FACT_NAMES = ("mpi_enabled", "mpi_built", "mpi_threads_supported", "gloo_enabled",
+              "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built")
+# The trainer's flag; why it is not called --timeline: config.ObserveConfig.horovod_timeline.
+TIMELINE_FIX = ("run under the horovod backend, where the trainer's --horovod_timeline (with "
+                "--run_dir) writes run_dir/timeline.json, or use TensorBoard's profiler")
+# What floating tensors travel as, per compression name.
+WIRE_DTYPES = {"fp16": tf.float16, "bf16": tf.bfloat16}
+
+
+def wire_dtype(dtype, compression: str | None):
+    """The dtype a tensor of `dtype` travels in under `compression`."""
+    if dtype.is_floating and compression in WIRE_DTYPES:
+        return WIRE_DTYPES[compression]
+    return dtype
+
+
+def wire_bytes(tensors, compression: str | None) -> int:
+    """Bytes one rank hands to the collective for `tensors` (static shapes)."""
+    return sum(t.shape.num_elements() * wire_dtype(t.dtype, compression).size for t in tensors)
+
+
+def split_sizes(first_dim: int, size: int) -> list[int]:
+    """How reducescatter splits the first dimension: as evenly as possible, the lower
+    ranks taking one more row when it does not divide."""
+    base, extra = divmod(first_dim, size)
+    return [base + (1 if r < extra else 0) for r in range(size)]
+
+
+class Communicator:
+    """One process: every collective is the identity (times the scale factors)."""
+
+    # Whether the collectives reach other processes; False here, whatever info.size
+    # says (a test may claim a ring of two in one process): a check that compares
+    # ranks must not run, since a gathered table would hold only this rank's row.
+    reaches_peers = False
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    @property
+    def info(self):
+        return self.backend.info  # read at each call: an elastic ring can re-form
+
+    def unsupported(self, what: str, fix: str) -> UsageError:
+        return UsageError(f"{what}: received a call under the {self.backend.name!r} backend, "
+                          f"which cannot do it; expected the horovod backend (horovodrun, "
+                          f"mpirun or srun). Fix: {fix}")
+
+    # ---- reductions ------------------------------------------------------------
+    def allreduce(self, tensor, op: ReduceOp = ReduceOp.AVERAGE, prescale=1.0, postscale=1.0,
+                  compression=None):
+        return self.grouped_allreduce([tensor], op, prescale, postscale, compression)[0]
+
+    def grouped_allreduce(self, tensors, op: ReduceOp = ReduceOp.AVERAGE, prescale=1.0,
+                          postscale=1.0, compression=None) -> list:
+        """One reduction of a list of tensors; floating ones travel as `compression`."""
+        self.check_op(op)
+        tensors = [tf.convert_to_tensor(t) for t in tensors]
+        if not tensors:
+            return []
+        if not self.reaches_peers:  # nothing travels, so nothing is cast for the trip
+            return self._reduce(tensors, op, prescale, postscale)
+        sent = [tf.cast(t, wire_dtype(t.dtype, compression)) for t in tensors]
+        reduced = self._reduce(sent, op, prescale, postscale)
+        return [tf.cast(r, t.dtype) for r, t in zip(reduced, tensors)]
+
+    def _reduce(self, tensors, op: ReduceOp, prescale, postscale) -> list:
+        """The backend's reduction of same-order, wire-typed tensors."""
+        return [_scaled(_scaled(t, prescale), postscale) for t in tensors]
+
+    def reducescatter(self, tensor, op: ReduceOp = ReduceOp.AVERAGE):
+        self.check_op(op)
+        return tf.convert_to_tensor(tensor)
+
+    def check_op(self, op: ReduceOp):
+        if op is ReduceOp.ADASUM:
+            raise self.unsupported("op=hvd.Adasum", "use op=hvd.Average (Adasum needs the "
+                                   "horovod backend)")
+
+    # ---- data movement ---------------------------------------------------------
+    def allgather(self, tensor):
+        """Rows of every rank, concatenated in rank order; the row counts may differ."""
+        return tf.convert_to_tensor(tensor)
+
+    def broadcast(self, tensor, root_rank: int):
+        return self.grouped_broadcast([tensor], root_rank)[0]
+
+    def grouped_broadcast(self, tensors, root_rank: int) -> list:
+        self.check_root(root_rank)
+        return [tf.convert_to_tensor(t) for t in tensors]
+
+    def check_root(self, root_rank):
+        if not isinstance(root_rank, int) or not 0 <= root_rank < self.info.size:
+            raise UsageError(f"root_rank: received {root_rank!r}; expected a rank from 0 to "
+                             f"{self.info.size - 1}. Fix: pass root_rank=0")
+
+    def broadcast_variables(self, variables, root_rank: int = 0):
+        """Root's values into `variables` (Keras 3 or tf.Variables), on every rank;
+        eager or inside a tf.function."""
+        self.check_root(root_rank)
+        variables = list(variables)
+        values = self.grouped_broadcast([plain(v) for v in variables], root_rank)
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+
+    def barrier(self):
+        """Returns once every rank has called it: a one-element sum, which no rank can
+        finish before all have sent theirs."""
+        if self.info.size > 1:
+            self.allreduce(tf.zeros([1]), ReduceOp.SUM)
+
+    # ---- the library itself ----------------------------------------------------
+    def facts(self) -> dict:
+        return dict.fromkeys(FACT_NAMES, False)
+
+    def cross(self) -> tuple[int, int]:
+        """(cross_rank, cross_size): this host's index and the number of hosts."""
+        return 0, 1
+
+    def shutdown(self):
+        """Leaves the job where the library can (Horovod); others keep their runtime."""
+
+    def start_timeline(self, file_path, mark_cycles=False):
+        raise self.unsupported("start_timeline", TIMELINE_FIX)
+
+    def stop_timeline(self):
+        raise self.unsupported("stop_timeline", TIMELINE_FIX)
+
+
+def _scaled(tensor, factor):
+    return tensor if factor == 1.0 else tensor * tf.cast(factor, tensor.dtype)
+
+
+def plain(variable):
+    """The tf.Variable a Keras 3 variable wraps (a tf.Variable is its own; its .value
+    is a method)."""
+    return variable if isinstance(variable, tf.Variable) else variable.value
+
+
+def by_dtype(tensors) -> list[tuple]:
+    """[(dtype, indices)] of `tensors`, in dtype-name order: the order every rank
+    issues per-dtype collectives in."""
+    groups = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault(t.dtype, []).append(i)
+    return sorted(groups.items(), key=lambda kv: kv[0].name)
+
+
+def packed(tensors, reduce_flat) -> list:
+    """reduce_flat applied to each dtype's tensors laid end to end, cut back into the
+    tensors' shapes: one collective per dtype, elementwise the same as one per tensor."""
+    out = [None] * len(tensors)
+    for _, idx in by_dtype(tensors):
+        flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idx], 0)
+        reduced = reduce_flat(flat)
+        for i, part in zip(idx, tf.split(reduced, [_count(tensors[i]) for i in idx])):
+            out[i] = tf.reshape(part, tf.shape(tensors[i]))
+    return out
+
+
+def _count(tensor):
+    """Elements of `tensor`: a Python int when its shape is static."""
+    count = tensor.shape.num_elements()
+    return tf.size(tensor) if count is None else count
