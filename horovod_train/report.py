@@ -14,7 +14,7 @@ import sys
 from horovod_train import metrics
 from horovod_train.errors import UsageError, usage_error
 from horovod_train.observe import baseline
-from horovod_train.observe.observer import BREAKDOWN_PARTS
+from horovod_train.observe.observer import BREAKDOWN_PARTS, traced
 from launch.argv import normalize_flag_names
 
 
@@ -56,11 +56,6 @@ def load_run(path: str) -> Run:
             summary = json.load(f)
     return Run(path, starts[-1] if starts else {}, [by_step[s] for s in sorted(by_step)],
                [r for r in records if r.get("kind") == "eval"], summary)
-
-
-def traced(record: dict, index: int) -> bool:
-    """Whether an interval traced; records written before the flag existed: the first."""
-    return record.get("traced", index == 0)
 
 
 def steady(train: list) -> list:

@@ -40,6 +40,12 @@ def _writing(path: str):
         raise write_error("--run_dir", err.filename or path, err, RUN_DIR_FIX) from None
 
 
+def traced(record: dict, index: int) -> bool:
+    """Whether an interval traced; records written before the flag existed: the first."""
+    return record.get("traced", index == 0)
+
+
+
 class NullObserver:
     """Every hook, doing nothing."""
 

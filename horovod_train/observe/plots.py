@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
+from horovod_train.observe.observer import traced  # noqa: E402
+
 COLORS = {"data": "tab:orange", "compute": "tab:blue", "comm": "tab:red",
           "optimizer": "tab:green", "step": "tab:purple", "sync": "tab:pink",
           "guard": "tab:olive", "other": "tab:gray"}
@@ -51,11 +53,6 @@ def save(fig, path: str, dpi: int = 100) -> str:
     return path
 
 
-def _traced(record: dict, index: int) -> bool:
-    from horovod_train.report import traced
-    return traced(record, index)
-
-
 def throughput_figure(runs):
     """Total samples/s per interval against wall time, one line per run; intervals that
     traced (compile time, not throughput) drawn as crosses."""
@@ -65,10 +62,10 @@ def throughput_figure(runs):
             xs = [r.get("time_s", r["step"]) for r in run.train]
             ys = [r["samples_per_sec"] for r in run.train]
             line, = ax.plot(xs, ys, marker=".", label=f"{run.name} ({ranks(run.world_size)})")
-            traced = [(x, y) for i, (x, y, r) in enumerate(zip(xs, ys, run.train))
-                      if _traced(r, i)]
-            if traced:
-                ax.plot(*zip(*traced), "x", color=line.get_color(), markersize=9,
+            marks = [(x, y) for i, (x, y, r) in enumerate(zip(xs, ys, run.train))
+                     if traced(r, i)]
+            if marks:
+                ax.plot(*zip(*marks), "x", color=line.get_color(), markersize=9,
                         label=f"{run.name}: {TRACED}")
         ax.set_xlabel("seconds since start")
         ax.set_ylabel("samples/s (all ranks)")
@@ -94,11 +91,11 @@ def breakdown_figure(run):
             ax.stackplot(steps, stacks, labels=parts, colors=[COLORS[p] for p in parts],
                          alpha=0.85)
             totals = [sum(col) for col in zip(*stacks)]
-            traced = [i for i, r in enumerate(run.train) if _traced(r, i)]
-            for n, i in enumerate(traced):
+            compiling = [i for i, r in enumerate(run.train) if traced(r, i)]
+            for n, i in enumerate(compiling):
                 ax.axvspan(steps[i - 1] if i else 0, steps[i], color="0.85", zorder=0,
                            label=TRACED if n == 0 else None)
-            steady = [t for i, t in enumerate(totals) if i not in traced] or totals
+            steady = [t for i, t in enumerate(totals) if i not in compiling] or totals
             ax.set_ylim(0, 1.3 * max(max(steady), 1e-3))
         ax.set_xlabel("step")
         ax.set_ylabel("ms per step")

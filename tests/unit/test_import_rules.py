@@ -10,6 +10,9 @@ of TensorFlow, Horovod or the code under test).
   the rest of the package asks a backend for a capability.
 - Nothing imports or reaches a private name (a leading underscore) of another package
   (another top-level package, or another subpackage of horovod_train).
+- horovod_train's modules import one another without a cycle, imports inside functions
+  included: a deferred import that closes a circle only hides it (two modules that need
+  each other are one module, or share a third).
 
 The checker runs on the real tree, and on a planted tree that breaks every rule once.
 """
@@ -244,8 +247,35 @@ def _rule_private(mod: Module, modules) -> list[str]:
     return found
 
 
+def _imported_modules(mod: Module, modules) -> list[tuple[int, str]]:
+    """(line, module) per horovod_train module `mod` imports, anywhere in it: for `from
+    m import a`, m.a when that is a module, else m."""
+    found = []
+    for line, names in mod.imports():
+        known = [n for n in names if n in modules and _top(n) == "horovod_train"]
+        deepest = [n for n in known if not any(o.startswith(n + ".") for o in known)]
+        found += [(line, n) for n in deepest]
+    return found
+
+
+def _rule_no_cycles(mod: Module, modules) -> list[str]:
+    if _top(mod.name) != "horovod_train":
+        return []
+    for line, first in _imported_modules(mod, modules):
+        path, seen = [first], set()
+        while path:  # depth-first from `first`: does it lead back to mod?
+            name = path.pop()
+            if name == mod.name:
+                return [f"{mod.rel}:{line}: imports {first}, which imports {mod.name} back "
+                        f"(an import cycle)"]
+            if name not in seen:
+                seen.add(name)
+                path.extend(n for _, n in _imported_modules(modules[name], modules))
+    return []
+
+
 RULES = (_rule_horovod, _rule_launch, _rule_models, _rule_mwms_apis, _rule_backend_names,
-         _rule_private)
+         _rule_private, _rule_no_cycles)
 
 
 def _modules(root: pathlib.Path) -> dict:
@@ -280,6 +310,8 @@ PLANTED = {
     "horovod_train/data/sharding.py": "_split = 1\n",
     "horovod_train/data/pipeline.py": "from ._helpers import x\nfrom .sharding import _split\n",
     "horovod_train/data/_helpers.py": "x = 1\n",
+    "horovod_train/data/ring_a.py": "from horovod_train.data import ring_b\n",
+    "horovod_train/data/ring_b.py": "def f():\n    from horovod_train.data.ring_a import g\n",
     "horovod_train/backends/__init__.py": "def resolve(name):\n    return name == 'mwms'\n",
     "horovod_train/backends/horovod.py": "import horovod.tensorflow as hvd\n",
     "horovod_train/backends/mwms.py": "import tensorflow as tf\ntf.raw_ops.CollectiveReduceV2\n",
@@ -316,6 +348,9 @@ EXPECTED = [  # (file, what) each planted violation must be reported as
     ("models/zoo.py:1", "models/ imports horovod_train"),
     ("models/zoo.py:3", "models/ uses tf.distribute"),
     ("bench/run.py:2", "uses private horovod_train.loop._Trainer"),
+    ("horovod_train/data/ring_a.py:1", "imports horovod_train.data.ring_b, which imports "
+                                       "horovod_train.data.ring_a back"),
+    ("horovod_train/data/ring_b.py:2", "imports horovod_train.data.ring_a, which imports"),
 ]
 
 
