@@ -20,8 +20,8 @@ def choose_cpu_allocator(environ=None, gpus=None) -> dict:
     """On a CPU host, TF's pooling (BFC) CPU allocator, unless the user set the variable;
     returns what it chose. TF's default allocator mallocs every tensor afresh, and glibc
     maps a large one anew each time, so each allreduce's output (and each big gradient)
-    faults its pages in again: a 64 MiB Horovod allreduce took 1.7x its transfer alone
-    (bench/comm.py M3, docs/benchmarks.md). Must run before TF's first op, as
+    faults its pages in again, and a large allreduce paid for that on every call
+    (bench/comm.py, M3 in docs/benchmarks.md, measures it). Must run before TF's first op, as
     configure_threads must. GPU hosts keep TF's default: unmeasured there."""
     environ = os.environ if environ is None else environ
     gpus = physical_gpus() if gpus is None else gpus
