@@ -9,9 +9,10 @@ is stock, except that a patched build made before the marker existed still shows
 exported functions two of the patches add (its digest is then unknown).
 
 Every default that depends on the patches is decided from a HorovodBuild, in one place
-each: the CPU-sharing cycle time (cpu_sharing_defaults, below), the Gloo bucket rule
-(horovod_train/backends/horovod.py, unset_bucket_mb) and the planner's overlap model
-(horovod_train/plan/comm.py, exposed_comm).
+each: the CPU-sharing cycle time (cpu_sharing_defaults, below), CPU binding under Gloo
+(horovod_train/cpus.py, planned) and the planner's loop model (horovod_train/plan/comm.py,
+exposed_comm). The Gloo bucket rule (horovod_train/backends/horovod.py, unset_bucket_mb)
+was measured on both builds and is the same for both.
 """
 from __future__ import annotations
 
@@ -59,6 +60,11 @@ class HorovodBuild:
         """Gloo's two-rank exchange and its yielding event loop (the two Gloo patches)."""
         return {"gloo_pair_exchange", "gloo_loop_yields"} <= self.features
 
+    @property
+    def gloo_loop_yields(self) -> bool:
+        """Gloo's event loop yields to a thread holding the pair (gloo-loop-yields.patch)."""
+        return "gloo_loop_yields" in self.features
+
     def describe(self) -> str:
         """'horovod 0.28.1 patched 02f49ac1b0e8', '... stock', 'horovod not installed'."""
         if not self.installed:
@@ -94,8 +100,12 @@ def read_library(data) -> tuple[bool, str | None, frozenset]:
         text = bytes(data[at + len(MARKER):end if end >= 0 else at + 512])
         digest, features = parse_marker(text.decode("ascii", "replace"))
         return True, digest, features
-    features = frozenset(f for f, symbol in _FEATURE_SYMBOLS.items() if data.find(symbol) >= 0)
-    return bool(features), None, features
+    features = {f for f, symbol in _FEATURE_SYMBOLS.items() if data.find(symbol) >= 0}
+    if "gloo_pair_exchange" in features:
+        # The set gained gloo-loop-yields before gloo-pair-exchange (which is the last one
+        # an unmarked build can have): a build with the exchange has the yields too.
+        features.add("gloo_loop_yields")
+    return bool(features), None, frozenset(features)
 
 
 def library_path(package_dir: str) -> str | None:
