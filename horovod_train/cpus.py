@@ -17,7 +17,7 @@ GPUs is --bind-to none).
 import os
 
 from horovod_train.errors import usage_error
-from launch import contract, horovod_build
+from launch import contract
 
 BIND_CHOICES = ("auto", "none")
 _SYSFS_CPU = "/sys/devices/system/cpu"
@@ -68,11 +68,8 @@ def share(cores: list[tuple[int, ...]], local_rank: int, local_size: int) -> tup
 
 
 def planned(local_rank: int, local_size: int, gpus: int, elastic: bool = False,
-            environ=None, allowed=None, online: int | None = None, sysfs: str = _SYSFS_CPU,
-            build=None):
-    """(CPUs to bind to, or None, and why): the decision without acting on it. `build`:
-    the Horovod installed (default: launch/horovod_build.py reads it)."""
-    environ = os.environ if environ is None else environ
+            environ=None, allowed=None, online: int | None = None, sysfs: str = _SYSFS_CPU):
+    """(CPUs to bind to, or None, and why): the decision without acting on it."""
     if bind_mode(environ) == "none":
         return None, f"not bound ({contract.ENV_CPU_BIND}=none)"
     if elastic:  # ranks come and go, so a local rank's share would not stay its own
@@ -81,13 +78,6 @@ def planned(local_rank: int, local_size: int, gpus: int, elastic: bool = False,
         return None, "not bound (one rank on this host)"
     if gpus:
         return None, "not bound (a GPU host)"
-    if environ.get(contract.HOROVOD_CONTROLLER) == "gloo" and \
-            not (build or horovod_build.detect()).gloo_loop_yields:
-        # Stock Gloo's event loop spins on a pair another thread of its rank holds; bound
-        # to one core, that thread waits for the scheduler's tick: a 4 KiB allreduce took
-        # 8.7 ms bound against 1.1 unbound (1 ms cycle; 2 ranks, 2 cores, 2026-12-06,
-        # docs/install.md). gloo-loop-yields.patch makes the loop yield instead.
-        return None, "not bound (stock Horovod's Gloo: its event loop needs a free core)"
     allowed = set(os.sched_getaffinity(0) if allowed is None else allowed)
     online = os.cpu_count() if online is None else online
     if len(allowed) < (online or 0):

@@ -79,17 +79,6 @@ def test_planned_leaves_alone(tmp_path, kw, reason):
     assert chosen is None and reason in why
 
 
-def test_stock_gloo_ranks_are_left_unbound_and_patched_ones_bound(tmp_path):
-    """Stock Gloo's event loop spins against a thread of its own rank bound to the same
-    core (launch/horovod_build.py decides which Horovod is here; MPI does not care)."""
-    from launch.horovod_build import PATCHED, STOCK
-    gloo = {"HOROVOD_CONTROLLER": "gloo"}
-    chosen, why = _plan(tmp_path, environ=gloo, build=STOCK)
-    assert chosen is None and why == "not bound (stock Horovod's Gloo: its event loop needs a free core)"
-    assert _plan(tmp_path, environ=gloo, build=PATCHED)[0] == (2, 3)
-    assert _plan(tmp_path, environ={}, build=STOCK)[0] == (2, 3)  # MPI, or no Horovod
-
-
 def test_bad_mode_names_the_variable_and_the_fix():
     with pytest.raises(UsageError, match=r"HOROVOD_TRAIN_CPU_BIND: received 'off'; expected "
                                          r"one of auto, none\. Fix: .*=none"):
