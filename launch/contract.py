@@ -34,7 +34,6 @@ HOROVOD_RANK = "HOROVOD_RANK"
 HOROVOD_SIZE = "HOROVOD_SIZE"
 HOROVOD_LOCAL_RANK = "HOROVOD_LOCAL_RANK"
 HOROVOD_LOCAL_SIZE = "HOROVOD_LOCAL_SIZE"
-HOROVOD_CONTROLLER = "HOROVOD_CONTROLLER"  # "gloo" in the ranks horovodrun --gloo starts
 # Open MPI's mpirun (its ranks; a rank started by srun --mpi=pmix has none of these).
 OMPI_RANK = "OMPI_COMM_WORLD_RANK"
 OMPI_SIZE = "OMPI_COMM_WORLD_SIZE"

@@ -9,10 +9,10 @@ is stock, except that a patched build made before the marker existed still shows
 exported functions two of the patches add (its digest is then unknown).
 
 Every default that depends on the patches is decided from a HorovodBuild, in one place
-each: the CPU-sharing cycle time (cpu_sharing_defaults, below), CPU binding under Gloo
-(horovod_train/cpus.py, planned) and the planner's loop model (horovod_train/plan/comm.py,
-exposed_comm). The Gloo bucket rule (horovod_train/backends/horovod.py, unset_bucket_mb)
-was measured on both builds and is the same for both.
+each: the CPU-sharing cycle time (cpu_sharing_defaults, below) and the planner's loop
+model (horovod_train/plan/comm.py, exposed_comm). The Gloo bucket rule
+(horovod_train/backends/horovod.py, unset_bucket_mb) and CPU binding (horovod_train/cpus.py)
+were measured in training on both builds and are the same for both (docs/install.md).
 """
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ PATCH_FEATURES = {"wake-on-enqueue": "wake_on_enqueue",
                   "gloo-loop-yields": "gloo_loop_yields"}
 FEATURES = frozenset(PATCH_FEATURES.values())
 # Functions two patches add and the library exports (their mangled names): how a patched
-# build made before build-marker.patch is told from stock. gloo-loop-yields adds none.
+# build made before build-marker.patch is told from stock. gloo-loop-yields adds none
+# (read_library infers it).
 _FEATURE_SYMBOLS = {"wake_on_enqueue": b"_ZN7horovod6common13GetLoopWakeupEv",
                     "gloo_pair_exchange": b"_ZN7horovod6common13PairAllreduceERN4gloo7Context"}
 
@@ -55,16 +56,6 @@ class HorovodBuild:
         """A submitted tensor starts the next cycle at once (wake-on-enqueue.patch)."""
         return "wake_on_enqueue" in self.features
 
-    @property
-    def gloo_patched(self) -> bool:
-        """Gloo's two-rank exchange and its yielding event loop (the two Gloo patches)."""
-        return {"gloo_pair_exchange", "gloo_loop_yields"} <= self.features
-
-    @property
-    def gloo_loop_yields(self) -> bool:
-        """Gloo's event loop yields to a thread holding the pair (gloo-loop-yields.patch)."""
-        return "gloo_loop_yields" in self.features
-
     def describe(self) -> str:
         """'horovod 0.28.1 patched 02f49ac1b0e8', '... stock', 'horovod not installed'."""
         if not self.installed:
@@ -77,7 +68,8 @@ class HorovodBuild:
         return f"{name} patched (unmarked: {','.join(sorted(self.features))})"
 
 
-PATCHED = HorovodBuild(True, "0.28.1", True, None, FEATURES)   # for plans made by hand
+# The two kinds, for decisions made without a library at hand (tests, what-ifs).
+PATCHED = HorovodBuild(True, "0.28.1", True, None, FEATURES)
 STOCK = HorovodBuild(True, "0.28.1", False)
 
 
