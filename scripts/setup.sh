@@ -104,7 +104,7 @@ make_xla_placeholders() {
 
 # The patch set's identity: part of the wheel's cache key, so a changed patch rebuilds, and
 # compiled into the library (build-marker.patch), where horovod_train reads it at run time
-# (horovod_train/backends/horovod_build.py).
+# (launch/horovod_build.py).
 patches_digest() { cat "${HOROVOD_PATCHES[@]}" | sha256sum | cut -c1-12; }
 
 # The header build-marker.patch includes: the digest and the names of the patches applied.
