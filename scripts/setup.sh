@@ -170,20 +170,21 @@ build_horovod_wheel() {
 }
 
 # The TF, Python (and CUDA) versions a wheel is built for: the first part of its cache key.
-build_tag() {
-  local tag
-  tag=$("$VENV/bin/python" -c 'import sys, importlib.metadata as m
+# Sets BUILD_TAG (and, for GPU=1, CUDA_BUILD_HOME, which the GPU build reads): in this
+# shell, not in a $(...), so that both outlive the call.
+set_build_tag() {
+  BUILD_TAG=$("$VENV/bin/python" -c 'import sys, importlib.metadata as m
 print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
   if [[ $GPU == 1 ]]; then
     CUDA_BUILD_HOME=$(find_cuda_home)
-    tag=${tag/-py/-$(cuda_tag)-py}
+    BUILD_TAG=${BUILD_TAG/-py/-$(cuda_tag)-py}
   fi
-  echo "$tag"
 }
 
 install_horovod() {
   local tag stamp_want wheel_dir wheel
-  tag=$(build_tag)-patches-$(patches_digest)
+  set_build_tag
+  tag=$BUILD_TAG-patches-$(patches_digest)
   stamp_want="horovod-$HOROVOD_VERSION-$tag"
   # The stamp names the TF, Python (and CUDA) versions and the patch set the wheel was
   # built for, so a requirements change that kept them (a new tool pinned) keeps this
@@ -232,8 +233,8 @@ horovod_site() {
   local kind=$1 tag wheel_dir site wheel
   [[ -x $VENV/bin/python ]] || die "no venv at $VENV; expected the one setup made. Fix: make setup, or VENV=/path/to/venv"
   case $kind in
-    stock) tag=$(build_tag)-stock ;;
-    patched) tag=$(build_tag)-patches-$(patches_digest) ;;
+    stock) set_build_tag; tag=$BUILD_TAG-stock ;;
+    patched) set_build_tag; tag=$BUILD_TAG-patches-$(patches_digest) ;;
     *) die "received site kind '$kind'; expected stock or patched. Fix: bash scripts/setup.sh site stock" ;;
   esac
   wheel_dir=$CACHE/wheels/$tag site=$CACHE/sites/$tag
