@@ -237,8 +237,8 @@ def m5(tf, backend, comm, clock, args) -> list:
 
 def main_bare(args, bound):
     # The MPI settings our backend chooses for ranks sharing a host, read at MPI_Init.
-    from launch import contract
-    for name, value in contract.CPU_SHARING_DEFAULTS.items():
+    from launch import horovod_build
+    for name, value in horovod_build.cpu_sharing_defaults(horovod_build.detect()).items():
         os.environ.setdefault(name, value)
     from mpi4py import MPI
     comm = MPI.COMM_WORLD

@@ -67,18 +67,8 @@ SLURM_MAX_NORMAL_STEP_ID = 0xfffffff0
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 # ---- several ranks sharing one CPU host's cores ----
-# Chosen by the launcher (for the ranks it starts) and by the horovod backend (for ranks
-# started otherwise), only where the user has not set them; never on a GPU host.
-CPU_SHARING_DEFAULTS = types.MappingProxyType({
-    # Horovod's background thread coordinates every HOROVOD_CYCLE_TIME ms; at the 1 ms
-    # default an idle rank steals cycles from ranks that share cores. Our build wakes it
-    # as soon as a tensor is submitted (scripts/horovod-patches), so the longer cycle
-    # costs an allreduce no latency; it only sets how often an idle rank checks in.
-    "HOROVOD_CYCLE_TIME": "5",
-    # Open MPI busy-polls while waiting; yielding gives the core back to the
-    # neighbouring rank. Read at MPI_Init, i.e. inside hvd.init().
-    "OMPI_MCA_mpi_yield_when_idle": "1",
-})
+# The defaults chosen then (HOROVOD_CYCLE_TIME, OMPI_MCA_mpi_yield_when_idle) depend on
+# the Horovod build installed: launch/horovod_build.py, cpu_sharing_defaults.
 # ---- Open MPI's daemons ----
 # MCA parameters the launcher gives the Open MPI it starts, unless the user gave them:
 # `-mca NAME VALUE` on our mpirun's line, OMPI_MCA_NAME in horovodrun --mpi's environment

@@ -7,7 +7,7 @@ from its own environment and forwards them by name.
 """
 import re
 
-from launch import contract
+from launch import contract, horovod_build
 from launch.errors import launch_error
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,21 +66,21 @@ def forwarded_names(environ, extra_names=(), additions=None) -> list[str]:
     return sorted(names)
 
 
-def cpu_sharing_env(cores: int, ranks_per_host: int) -> dict[str, str]:
+def cpu_sharing_env(cores: int, ranks_per_host: int, build=None) -> dict[str, str]:
     """Chosen defaults when several ranks share one host's cores.
 
     Without them every rank sizes its thread pools to the whole machine, and N ranks
     fight over the same cores (measured up to 3x slower). So each rank gets
-    cores // ranks intra-op and OpenMP threads; Horovod's background thread cycles
-    every 5 ms instead of 1 ms; and idle MPI ranks yield their core instead of
-    spinning. These fill only names the user has not set.
+    cores // ranks intra-op and OpenMP threads, and the Horovod settings for shared cores
+    that suit `build` (default: the Horovod installed here; horovod_build.py). These
+    fill only names the user has not set.
     """
     for value, what in ((cores, "cores per host"), (ranks_per_host, "ranks per host")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise launch_error(what, value, "a positive whole number", "--cores_per_host 32")
     threads = str(contract.threads_per_rank(cores, ranks_per_host))
     return {**{name: threads for name in contract.ENV_THREAD_NAMES},
-            **contract.CPU_SHARING_DEFAULTS}
+            **horovod_build.cpu_sharing_defaults(build or horovod_build.detect())}
 
 
 def unset_only(defaults: dict[str, str], environ, explicit=None) -> dict[str, str]:

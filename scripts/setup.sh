@@ -9,6 +9,11 @@
 #   4. this package, editable.
 # Each step leaves a stamp, so a machine that is already set up finishes in seconds.
 #
+# `setup.sh site stock` instead builds (once) the same pinned sdist with no patches, under a
+# cache key of its own, installs it into a directory of its own and prints that directory:
+# the stock-Horovod test leg puts it first on PYTHONPATH, and the venv keeps its patched
+# build. `setup.sh site patched` does the same with the patched wheel.
+#
 # GPU=1 builds the GPU variant instead: .venv-gpu with tensorflow[and-cuda] and
 # Horovod with NCCL (scripts/setup_gpu.sh). The CPU .venv is left as it is.
 set -euo pipefail
@@ -97,13 +102,25 @@ make_xla_placeholders() {
   done
 }
 
-# The patch set's identity: part of the wheel's cache key, so a changed patch rebuilds.
+# The patch set's identity: part of the wheel's cache key, so a changed patch rebuilds, and
+# compiled into the library (build-marker.patch), where horovod_train reads it at run time
+# (launch/horovod_build.py).
 patches_digest() { cat "${HOROVOD_PATCHES[@]}" | sha256sum | cut -c1-12; }
 
+# The header build-marker.patch includes: the digest and the names of the patches applied.
+write_build_marker() {
+  local names=() p
+  for p in "${HOROVOD_PATCHES[@]}"; do names+=("$(basename "$p" .patch)"); done
+  printf '// written by horovod_train scripts/setup.sh\n#define HOROVOD_TRAIN_BUILD "patches=%s applied=%s"\n' \
+    "$(patches_digest)" "$(IFS=,; echo "${names[*]}")" >"$1/horovod/common/horovod_train_build.h"
+}
+
 # Echoes a fresh source tree: the pinned sdist (downloaded once into $CACHE), extracted
-# and patched. Fresh each build, so a half-applied patch can never be built.
-patched_horovod_source() {
-  local sdist=$CACHE/sdist/horovod-$HOROVOD_VERSION.tar.gz src=$CACHE/src p
+# and, unless $1 is "stock", patched. Fresh each build, so a half-applied patch can never
+# be built.
+horovod_source() {
+  local kind=$1 sdist=$CACHE/sdist/horovod-$HOROVOD_VERSION.tar.gz src=$CACHE/src p
+  [[ $kind == stock ]] && src=$CACHE/src-stock
   if [[ ! -f $sdist ]]; then
     rm -rf "$CACHE/sdist.new" && mkdir -p "$CACHE/sdist.new"
     "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$CACHE/sdist.new" \
@@ -115,15 +132,21 @@ patched_horovod_source() {
     die "$sdist: received sha256 $(sha256sum "$sdist" | cut -d' ' -f1); expected $HOROVOD_SDIST_SHA256 (the sdist the patches were written for). Fix: delete it and rerun setup"
   rm -rf "$src" && mkdir -p "$src"
   tar -xzf "$sdist" -C "$src"
-  for p in "${HOROVOD_PATCHES[@]}"; do
-    patch -p1 --batch --forward --silent -d "$src/horovod-$HOROVOD_VERSION" <"$p" >&2 ||
-      die "$p did not apply to horovod $HOROVOD_VERSION's sdist"
-  done
+  if [[ $kind != stock ]]; then
+    for p in "${HOROVOD_PATCHES[@]}"; do
+      patch -p1 --batch --forward --silent -d "$src/horovod-$HOROVOD_VERSION" <"$p" >&2 ||
+        die "$p did not apply to horovod $HOROVOD_VERSION's sdist"
+    done
+    write_build_marker "$src/horovod-$HOROVOD_VERSION"
+  fi
   echo "$src/horovod-$HOROVOD_VERSION"
 }
 
+# $1: where the wheel goes; $2: "patched" (the patches here) or "stock" (none).
 build_horovod_wheel() {
-  local wheel_dir=$1 shim=$CACHE/xla-placeholders extra=() src
+  local wheel_dir=$1 kind=$2 shim=$CACHE/xla-placeholders extra=() src log
+  log=$CACHE/horovod-build.log
+  [[ $kind == stock ]] && log=$CACHE/horovod-build-stock.log
   if [[ $GPU == 1 ]]; then
     gpu_build_env >"$CACHE/gpu-build.env"  # in this shell, so that a failure stops setup
     mapfile -t extra <"$CACHE/gpu-build.env"
@@ -131,8 +154,8 @@ build_horovod_wheel() {
     make_xla_placeholders "$shim"
     extra=("CXXFLAGS=-iquote $shim")
   fi
-  src=$(patched_horovod_source)
-  log "building horovod==$HOROVOD_VERSION from source with ${#HOROVOD_PATCHES[@]} patches (5-15 minutes on 2 cores); log: $CACHE/horovod-build.log"
+  src=$(horovod_source "$kind")
+  log "building $kind horovod==$HOROVOD_VERSION from source (5-15 minutes on 2 cores); log: $log"
   # Debian's cmake 3.25 (not PyPI's cmake 4, which rejects the bundled Gloo); the policy
   # minimum is belt and braces in case a newer cmake is first on PATH. --no-cache-dir:
   # pip's own wheel cache would hand the GPU build the CPU wheel (same name and version).
@@ -140,21 +163,28 @@ build_horovod_wheel() {
       HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CMAKE=/usr/bin/cmake \
       CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j2 "${extra[@]}" \
       "$VENV/bin/pip" wheel -v --no-cache-dir --no-build-isolation --no-deps \
-        -w "$wheel_dir" "$src" </dev/null >"$CACHE/horovod-build.log" 2>&1; then
-    tail -n 40 "$CACHE/horovod-build.log" >&2
-    die "the Horovod build failed; full log in $CACHE/horovod-build.log"
+        -w "$wheel_dir" "$src" </dev/null >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    die "the Horovod build failed; full log in $log"
+  fi
+}
+
+# The TF, Python (and CUDA) versions a wheel is built for: the first part of its cache key.
+# Sets BUILD_TAG (and, for GPU=1, CUDA_BUILD_HOME, which the GPU build reads): in this
+# shell, not in a $(...), so that both outlive the call.
+set_build_tag() {
+  BUILD_TAG=$("$VENV/bin/python" -c 'import sys, importlib.metadata as m
+print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
+  if [[ $GPU == 1 ]]; then
+    CUDA_BUILD_HOME=$(find_cuda_home)
+    BUILD_TAG=${BUILD_TAG/-py/-$(cuda_tag)-py}
   fi
 }
 
 install_horovod() {
   local tag stamp_want wheel_dir wheel
-  tag=$("$VENV/bin/python" -c 'import sys, importlib.metadata as m
-print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
-  if [[ $GPU == 1 ]]; then
-    CUDA_BUILD_HOME=$(find_cuda_home)
-    tag=${tag/-py/-$(cuda_tag)-py}
-  fi
-  tag=$tag-patches-$(patches_digest)
+  set_build_tag
+  tag=$BUILD_TAG-patches-$(patches_digest)
   stamp_want="horovod-$HOROVOD_VERSION-$tag"
   # The stamp names the TF, Python (and CUDA) versions and the patch set the wheel was
   # built for, so a requirements change that kept them (a new tool pinned) keeps this
@@ -173,7 +203,7 @@ print("tf%s-py%d%d" % (m.version("tensorflow"), *sys.version_info[:2]))')
     # Built aside and cached only once it has passed the check: a wheel that fails
     # it must not be handed to every later setup.
     rm -rf "$wheel_dir.new"
-    build_horovod_wheel "$wheel_dir.new"
+    build_horovod_wheel "$wheel_dir.new" patched
     install_checked "$(ls "$wheel_dir.new"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)"
     rm -rf "$wheel_dir" && mv "$wheel_dir.new" "$wheel_dir"
   fi
@@ -194,6 +224,39 @@ check_horovod_build() {
   log "horovodrun --check-build: ${FRAMEWORKS[*]} present"
 }
 
+# Prints a directory holding horovod==$HOROVOD_VERSION as KIND ($1) builds it: "stock", the
+# pinned sdist with no patches (cached under a key of its own), or "patched", the wheel
+# install_horovod uses (same cache key). `pip install --target` keeps it out of the venv:
+# a run puts it first on PYTHONPATH (the stock-Horovod test leg), the venv keeps its own.
+# Checked like the venv's build, with that directory first on PYTHONPATH.
+horovod_site() {
+  local kind=$1 tag wheel_dir site wheel
+  [[ -x $VENV/bin/python ]] || die "no venv at $VENV; expected the one setup made. Fix: make setup, or VENV=/path/to/venv"
+  case $kind in
+    stock) set_build_tag; tag=$BUILD_TAG-stock ;;
+    patched) set_build_tag; tag=$BUILD_TAG-patches-$(patches_digest) ;;
+    *) die "received site kind '$kind'; expected stock or patched. Fix: bash scripts/setup.sh site stock" ;;
+  esac
+  wheel_dir=$CACHE/wheels/$tag site=$CACHE/sites/$tag
+  if [[ ! -f $site/.checked ]]; then
+    wheel=$(ls "$wheel_dir"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n1 || true)
+    if [[ -z $wheel ]]; then
+      rm -rf "$wheel_dir.new"
+      build_horovod_wheel "$wheel_dir.new" "$kind"
+      wheel=$(ls "$wheel_dir.new"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
+    fi
+    rm -rf "$site.new"
+    "$VENV/bin/pip" install -q --no-deps --target "$site.new" "$wheel" </dev/null >&2
+    PYTHONPATH=$site.new check_horovod_build >&2
+    if [[ -d $wheel_dir.new ]]; then  # cached only once it has passed the check
+      rm -rf "$wheel_dir" && mv "$wheel_dir.new" "$wheel_dir"
+    fi
+    touch "$site.new/.checked"
+    rm -rf "$site" && mv "$site.new" "$site"
+  fi
+  echo "$site"
+}
+
 install_package() {
   [[ -f $VENV/.package.stamp ]] && { log "horovod_train installed (editable)"; return; }
   "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT" </dev/null
@@ -209,4 +272,9 @@ main() {
   log "ready: ${VENV#"$ROOT"/}"  # relative to the repository when inside it
 }
 
-main "$@"
+case ${1:-} in
+  "") main ;;
+  site) mkdir -p "$CACHE" && horovod_site "${2:-}" ;;
+  *) printf '[setup] ERROR: received argument %q; expected none, or site stock|patched. Fix: bash scripts/setup.sh [site stock]\n' "$1" >&2
+     exit 2 ;;
+esac

@@ -35,6 +35,17 @@ def run_cli(args, timeout=600, env=None, cwd=None) -> subprocess.CompletedProces
                           env=env or child_env(), cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
 
 
+def run_setup(*args, timeout: float, **env) -> subprocess.CompletedProcess:
+    """scripts/setup.sh with `args` and `env` added to child_env(): how a test gets a build
+    setup makes and caches (the GPU venv, a Horovod site). Fails the test with setup's own
+    last lines."""
+    proc = run_cli(["bash", os.path.join(ROOT, "scripts", "setup.sh"), *args],
+                   timeout=timeout, env=child_env(**env))
+    assert proc.returncode == 0, (f"setup.sh {' '.join(args)} failed ({proc.returncode}):\n"
+                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
 # A launcher's tag on a rank's line (mpi's [1,0]<stderr>:, gloo's [0]<stderr>:), and absl's
 # log prefix, which our console lines no longer carry (horovod_train/console.py).
 LAUNCHER_TAG = r"(?:\[\d+(?:,\d+)?\]<std(?:err|out)>:)?"

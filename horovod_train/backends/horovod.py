@@ -15,11 +15,7 @@ from horovod_train.backends.base import Backend, ProcessInfo
 from horovod_train.backends.horovod_comm import HorovodComm
 from horovod_train.config import DEFAULT_BUCKET_MB
 from horovod_train.errors import UsageError, check_choice
-from launch import contract
-
-# Chosen when ranks share a CPU host's cores (see _cpu_sharing_defaults); written once,
-# in launch/contract.py, since `python -m launch` chooses the same ones.
-CPU_SHARING_DEFAULTS = contract.CPU_SHARING_DEFAULTS
+from launch import contract, horovod_build
 
 
 def _import_horovod():
@@ -53,13 +49,14 @@ def _shares_cpu(local_size: int, gpus: int) -> bool:
     return local_size >= 2 and gpus == 0
 
 
-def _cpu_sharing_defaults(local_size: int, gpus: int, environ) -> dict:
-    """The env defaults we set for several CPU ranks on one host; the user's win. Not on
-    a GPU host: its ranks wait on their GPUs, and a 5 ms cycle would delay every
-    allreduce."""
+def _cpu_sharing_defaults(local_size: int, gpus: int, environ, build) -> dict:
+    """The env defaults we set for several CPU ranks on one host (horovod_build.py: they
+    depend on the build); the user's win. Not on a GPU host: its ranks wait on their
+    GPUs, and a 5 ms cycle would delay every allreduce."""
     if not _shares_cpu(local_size, gpus):
         return {}
-    return {k: v for k, v in contract.CPU_SHARING_DEFAULTS.items() if k not in environ}
+    return {k: v for k, v in horovod_build.cpu_sharing_defaults(build).items()
+            if k not in environ}
 
 
 def unset_bucket_mb(local_size: int, gpus: int, gloo: bool) -> float:
@@ -68,7 +65,10 @@ def unset_bucket_mb(local_size: int, gpus: int, gloo: bool) -> float:
     and paid under MPI's shared memory on 2 shared cores; under Gloo with ranks sharing a
     CPU host's cores, a bucket's TCP exchange needs the peer's threads, which compete
     with backprop for each rank's core: one call after backprop was 13-21% faster on
-    resnet18_cifar (docs/benchmarks.md, M2 overlap)."""
+    resnet18_cifar with our Gloo patches (docs/benchmarks.md, M2 overlap). The same rule
+    for a stock Horovod (launch/horovod_build.py), whose Gloo loop spins where ours
+    yields, so competes more: one call beat buckets in 3 of 4 A/B pairs on stock
+    (resnet18_cifar, 2026-12-06, a loaded host: docs/install.md)."""
     return 0.0 if gloo and _shares_cpu(local_size, gpus) else DEFAULT_BUCKET_MB
 
 
@@ -86,6 +86,7 @@ class HorovodBackend(Backend):
         self.bucket_mb = bucket_mb  # None: unset_bucket_mb decides in setup()
         self.bucket_bytes = buckets.mib_to_bytes(bucket_mb)
         self._hvd = _import_horovod()
+        self.build = horovod_build.detect()  # patched or stock: the defaults follow it
         self.compression = compression
         self.timeline_path = timeline_path  # the loop says so when a backend has none
         self.knobs = knob_env(fusion_threshold_mb, cycle_time_ms, hierarchical_allreduce,
@@ -105,7 +106,7 @@ class HorovodBackend(Backend):
         knobs = " ".join(f"{k}={v}" for k, v in sorted(self.knobs.items()))
         chosen = " (unset: Gloo ranks sharing CPU cores)" if (
             self.bucket_mb is None and self.bucket_bytes != buckets.mib_to_bytes(None)) else ""
-        return (f"horovod (compression {self.compression}, "
+        return (f"{self.build.describe()} (compression {self.compression}, "
                 f"{buckets.describe(self.bucket_bytes)}{chosen}"
                 f"{', ' + knobs if knobs else ''})")
 
@@ -115,7 +116,8 @@ class HorovodBackend(Backend):
         # Physical devices: listing them does not create TF's devices (pinning comes later).
         gpus = len(tf.config.list_physical_devices("GPU"))
         self.chosen_env = {k: v for k, v in
-                           _cpu_sharing_defaults(launch_info().local_size, gpus, os.environ).items()
+                           _cpu_sharing_defaults(launch_info().local_size, gpus, os.environ,
+                                                 self.build).items()
                            if k not in self.knobs}
         os.environ.update(self.chosen_env)
         os.environ.update(self.knobs)

@@ -17,8 +17,10 @@ from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMI
                                      WIRE_BYTES, Assumptions, Calibration)
 from horovod_train.plan.errors import PlanError, plan_error
 from horovod_train.plan.models import TRAINER_MODELS, get_model
-from horovod_train.plan.recommend import OBJECTIVES, PlanRequest, evaluate_all, recommend
+from horovod_train.plan.recommend import (HOROVOD_BUILDS, OBJECTIVES, PlanRequest,
+                                           evaluate_all, recommend)
 from horovod_train.plan import plot, report
+from launch import horovod_build
 from launch.argv import normalize_flag_names
 
 
@@ -84,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"HOROVOD_FUSION_THRESHOLD in MiB; 0 = Horovod's {HOROVOD_FUSION_MB:g}")
     p.add_argument("--cycle_time_ms", type=float, default=0.0,
                    help=f"HOROVOD_CYCLE_TIME in ms; 0 = Horovod's {HOROVOD_CYCLE_MS:g}")
+    p.add_argument("--horovod_build", default="auto", choices=("auto",) + tuple(HOROVOD_BUILDS),
+                   help="the Horovod the cluster runs: patched (scripts/setup.sh's build: a "
+                        "submitted tensor wakes Horovod's loop) or stock (it waits for the next "
+                        "cycle); auto: the one installed here, stock when none is")
     p.add_argument("--objective", default="fastest", choices=OBJECTIVES,
                    help="fastest: fewest hours (with --target_hours: fewest GPUs within it); "
                         "cheapest: fewest GPU-hours; both at or above --target_efficiency")
@@ -132,6 +138,14 @@ def _overlap(bucket_mb: float, overlap: bool) -> bool:
                          "drop --overlap to plan no overlap, or drop --allreduce_bucket_mb 0 "
                          f"(the default, {DEFAULT_BUCKET_MB:g}, overlaps)")
     return bucket_mb > 0
+
+
+def _horovod_build(choice: str) -> str:
+    """auto: what the Horovod installed here does (launch/horovod_build.py); with none
+    installed, stock, which is what `pip install horovod` gives."""
+    if choice != "auto":
+        return choice
+    return "patched" if horovod_build.detect().wakes_on_enqueue else "stock"
 
 
 def _nodes(text: str) -> tuple[int, ...]:
@@ -197,7 +211,7 @@ def request_from_args(args) -> PlanRequest:
         optimizer, args.gradient_checkpointing, args.compression, overlap,
         fusion_mb * 2 ** 20, cycle_ms * 1e-3, args.target_hours,
         args.target_efficiency, _train_samples(args, model), args.objective,
-        args.price_per_gpu_hour)
+        args.price_per_gpu_hour, _horovod_build(args.horovod_build))
 
 
 # The planner's old flag names, now the trainer's.

@@ -83,7 +83,8 @@ class CommResult:
 
 
 def exposed_comm(grad_bytes: float, fabric: Fabric, fusion_bytes: float, cycle_s: float,
-                 overlap_window_s: float, piece_bytes: float = PIECE_BYTES) -> CommResult:
+                 overlap_window_s: float, piece_bytes: float = PIECE_BYTES,
+                 wakes_on_enqueue: bool = True) -> CommResult:
     """Exposed allreduce time per optimizer step.
 
     Without overlap (overlap_window_s == 0: one grouped allreduce after the backward
@@ -91,17 +92,24 @@ def exposed_comm(grad_bytes: float, fabric: Fabric, fusion_bytes: float, cycle_s
     run back to back. With overlap (the trainer's gradient buckets, Horovod's
     DistributedOptimizer) backprop submits gradients in pieces of `piece_bytes` at a
     steady rate, and Horovod's background loop sends them: see _simulate_overlap.
+
+    The one place the planner's model depends on the Horovod build (wakes_on_enqueue,
+    launch/horovod_build.py): our patched Horovod starts a cycle the moment a tensor is
+    submitted to an idle loop, or at once after a cycle that left tensors pending
+    (scripts/horovod-patches, wake-on-enqueue), so no cycle time is waited out. Stock
+    Horovod starts a cycle every cycle_s and only then looks at what was submitted: a
+    tensor waits for the next cycle's start, half a cycle on average.
     """
     if fabric.world <= 1 or grad_bytes <= 0:
         return CommResult(0.0, 0.0, 0, "none")
     fusion = fusion_bytes if fusion_bytes > 0 else grad_bytes
     algorithm = allreduce_seconds(grad_bytes, fabric)[1]
+    cycle = 0.0 if wakes_on_enqueue else max(0.0, cycle_s)
     if overlap_window_s <= 0:
         busy, calls = _send(grad_bytes, fabric, fusion)
-        # The last tensor waits on average half a cycle for the background thread.
-        return CommResult(busy + cycle_s / 2, busy, calls, algorithm)
+        return CommResult(busy + cycle / 2, busy, calls, algorithm)
     return _simulate_overlap(grad_bytes, fabric, fusion, overlap_window_s, piece_bytes,
-                             algorithm)
+                             algorithm, cycle)
 
 
 def _send(nbytes: float, fabric: Fabric, fusion: float) -> tuple[float, int]:
@@ -114,19 +122,29 @@ def _send(nbytes: float, fabric: Fabric, fusion: float) -> tuple[float, int]:
     return seconds, int(full) + (rest > nbytes * 1e-12)
 
 
+def _next_start(t_free: float, submitted: float, last_start: float, cycle: float) -> float:
+    """When a cycle that finds the next piece starts: with cycle 0 (a loop woken by the
+    submission) at once; else on the loop's grid of cycle starts (stock Horovod sleeps
+    until cycle has passed since the last start, not at all after a longer cycle)."""
+    if cycle <= 0:
+        return max(t_free, submitted)
+    grid = max(t_free, last_start + cycle)
+    return grid + max(0, math.ceil((submitted - grid) / cycle - 1e-9)) * cycle
+
+
 def _simulate_overlap(total: float, fabric: Fabric, fusion: float, window: float,
-                      piece_bytes: float, algorithm: str) -> CommResult:
+                      piece_bytes: float, algorithm: str, cycle: float = 0.0) -> CommResult:
     # Backprop submits `pieces` equal pieces, piece i at (i + 1) * gap (the last one as
-    # backprop ends). Our patched Horovod starts a cycle the moment a piece is submitted
-    # to an idle loop, or at once after a cycle that left pieces pending
-    # (scripts/horovod-patches/README.md), so no cycle time is waited out. A cycle sends
-    # every piece submitted by its start, fused up to the threshold, back to back.
+    # backprop ends). A cycle (_next_start) sends every piece submitted by its start,
+    # fused up to the threshold, back to back. A stock loop runs on a grid of its own,
+    # half a cycle out of phase with backprop on average.
     pieces = max(1, math.ceil(total / piece_bytes - 1e-9))
     size, gap = total / pieces, window / pieces
     t = busy = 0.0
     done = calls = 0
+    last_start = -cycle / 2
     while done < pieces:
-        t = max(t, (done + 1) * gap)                       # idle until the next submission
+        t = last_start = _next_start(t, (done + 1) * gap, last_start, cycle)
         ready = max(done + 1, min(pieces, int(t / gap + 1e-9)))
         seconds, n = _send((ready - done) * size, fabric, fusion)
         t, busy, calls, done = t + seconds, busy + seconds, calls + n, ready

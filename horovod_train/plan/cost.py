@@ -65,6 +65,7 @@ class Job:
     overlap: bool = False       # allreduce overlaps the backward pass
     fusion_bytes: float = HOROVOD_FUSION_MB * 2 ** 20
     cycle_s: float = HOROVOD_CYCLE_MS * 1e-3
+    wakes_on_enqueue: bool = True  # our patched Horovod (comm.exposed_comm); stock: False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +236,8 @@ def predict(job: Job, gpu: Gpu, fabric: Fabric, a: Assumptions = Assumptions(),
     data_s = calib.data_s_per_sample * job.micro_batch * k
     grad_bytes = gradient_bytes(job.model, job.compression)
     window = c.backward_s if job.overlap else 0.0
-    comm = exposed_comm(grad_bytes, fabric, job.fusion_bytes, job.cycle_s, window)
+    comm = exposed_comm(grad_bytes, fabric, job.fusion_bytes, job.cycle_s, window,
+                        wakes_on_enqueue=job.wakes_on_enqueue)
     straggle = compute_s * straggler_fraction(world, k, a, calib)
     single = compute_s + c.update_s + data_s
     step = single + straggle + comm.exposed_s

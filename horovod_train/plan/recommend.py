@@ -39,9 +39,13 @@ class PlanRequest:
     train_samples: float | None = None
     objective: str = "fastest"                # a key of OBJECTIVES
     price_per_gpu_hour: float | None = None   # USD
+    horovod_build: str = "patched"            # a key of HOROVOD_BUILDS
 
 
 OBJECTIVES = ("fastest", "cheapest")
+# The Horovod builds the planner models: does a submitted tensor wake the background loop
+# (our patches), or does it wait for the next cycle (stock)? comm.exposed_comm.
+HOROVOD_BUILDS = {"patched": True, "stock": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +71,8 @@ def fabric_for(req: PlanRequest, nodes: int) -> Fabric:
 
 def job_for(req: PlanRequest, micro: float, accum: int) -> Job:
     return Job(req.model, req.precision, micro, accum, req.optimizer, req.checkpointing,
-               req.compression, req.overlap, req.fusion_bytes, req.cycle_s)
+               req.compression, req.overlap, req.fusion_bytes, req.cycle_s,
+               HOROVOD_BUILDS[req.horovod_build])
 
 
 def evaluate(req: PlanRequest, nodes: int, a: Assumptions = Assumptions(),

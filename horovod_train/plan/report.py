@@ -68,7 +68,8 @@ def to_dict(req: PlanRequest, rows: list[Row], rec: Recommendation, a: Assumptio
         "nics_per_node": req.nics_per_node, "optimizer": req.optimizer,
         "gradient_checkpointing": req.checkpointing, "compression": req.compression,
         "overlap": req.overlap, "fusion_threshold_mb": req.fusion_bytes / 2 ** 20,
-        "cycle_time_ms": req.cycle_s * 1e3, "target_efficiency": req.target_efficiency,
+        "cycle_time_ms": req.cycle_s * 1e3, "horovod_build": req.horovod_build,
+        "target_efficiency": req.target_efficiency,
         "target_hours": req.target_hours, "train_samples": req.train_samples,
         "objective": req.objective, "price_per_gpu_hour": req.price_per_gpu_hour,
         "assumptions": dataclasses.asdict(a),
@@ -95,7 +96,8 @@ def _header(req: PlanRequest, a: Assumptions, calib: Calibration) -> list[str]:
     lines.append(f"fabric: {req.gpus_per_node} GPUs/node on {req.intra.name} "
                  f"({fab.intra_bw() / 1e9:.0f} GB/s busbw); {net}")
     lines.append(f"allreduce: {'overlapped with backprop' if req.overlap else 'after backprop'}"
-                 f", fusion {req.fusion_bytes / 2 ** 20:g} MiB, cycle {req.cycle_s * 1e3:g} ms, "
+                 f", fusion {req.fusion_bytes / 2 ** 20:g} MiB, cycle {req.cycle_s * 1e3:g} ms "
+                 f"({req.horovod_build} horovod), "
                  f"gradients {'fp32' if req.compression == 'none' else req.compression}; optimizer "
                  f"{req.optimizer}{'; gradient checkpointing' if req.checkpointing else ''}")
     lines.append(f"assumed: {a.matmul_efficiency:.0%} of dense peak for matmuls, "

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import ROOT, child_env, run_cli
+from helpers import ROOT, child_env, run_cli, run_setup
 from ranks import assert_ranks_identical
 
 
@@ -54,10 +54,8 @@ def gpu_venv():
         if stale != GPU_VENV:  # built for other requirements: gigabytes nothing will use
             shutil.rmtree(stale, ignore_errors=True)
     started = time.monotonic()
-    proc = run_cli(["bash", os.path.join(ROOT, "scripts", "setup.sh")], timeout=SETUP_TIMEOUT_S,
-                   env=child_env(GPU="1", VENV=GPU_VENV))
+    proc = run_setup(timeout=SETUP_TIMEOUT_S, GPU="1", VENV=GPU_VENV)
     print(f"\nmake setup GPU=1: {time.monotonic() - started:.0f} s\n{proc.stdout[-1500:]}")
-    assert proc.returncode == 0, f"GPU setup failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return GPU_VENV
 
 

@@ -1,26 +1,38 @@
-"""The CPU-sharing defaults (5 ms cycle, yielding MPI) are for ranks that share CPU
-cores; a GPU host keeps Horovod's own (its ranks wait on GPUs, not on each other)."""
+"""The CPU-sharing defaults (the cycle the build suits, yielding MPI) are for ranks that
+share CPU cores; a GPU host keeps Horovod's own (its ranks wait on GPUs, not on each
+other)."""
 import pytest
 
 pytest.importorskip("horovod.tensorflow")
-from horovod_train.backends.horovod import (CPU_SHARING_DEFAULTS, _cpu_sharing_defaults,
-                                            unset_bucket_mb)
+from horovod_train.backends.horovod import _cpu_sharing_defaults, unset_bucket_mb
 from horovod_train.config import DEFAULT_BUCKET_MB
+from launch import horovod_build
+from launch.horovod_build import PATCHED, STOCK
+
+CPU_SHARING_DEFAULTS = horovod_build.cpu_sharing_defaults(PATCHED)
 
 
 def test_cpu_ranks_sharing_a_host_get_the_defaults():
-    assert _cpu_sharing_defaults(2, gpus=0, environ={}) == CPU_SHARING_DEFAULTS
+    assert _cpu_sharing_defaults(2, gpus=0, environ={}, build=PATCHED) == CPU_SHARING_DEFAULTS
 
 
 def test_a_gpu_host_keeps_horovods_defaults_even_without_cuda_visible_devices():
-    assert _cpu_sharing_defaults(8, gpus=8, environ={}) == {}
+    assert _cpu_sharing_defaults(8, gpus=8, environ={}, build=STOCK) == {}
 
 
 def test_one_rank_or_hidden_gpus_or_the_users_own_setting():
-    assert _cpu_sharing_defaults(1, gpus=0, environ={}) == {}
-    assert _cpu_sharing_defaults(2, gpus=0, environ={"CUDA_VISIBLE_DEVICES": "-1"}) == CPU_SHARING_DEFAULTS
-    mine = _cpu_sharing_defaults(2, gpus=0, environ={"HOROVOD_CYCLE_TIME": "1"})
+    assert _cpu_sharing_defaults(1, gpus=0, environ={}, build=PATCHED) == {}
+    assert _cpu_sharing_defaults(2, gpus=0, environ={"CUDA_VISIBLE_DEVICES": "-1"},
+                                 build=PATCHED) == CPU_SHARING_DEFAULTS
+    mine = _cpu_sharing_defaults(2, gpus=0, environ={"HOROVOD_CYCLE_TIME": "1"}, build=PATCHED)
     assert "HOROVOD_CYCLE_TIME" not in mine and "OMPI_MCA_mpi_yield_when_idle" in mine
+
+
+def test_a_stock_horovod_keeps_its_own_cycle():
+    """Stock Horovod waits out the cycle on every allreduce (no wake-on-enqueue), so ranks
+    sharing cores keep its 1 ms there (launch/horovod_build.py has the figures)."""
+    assert _cpu_sharing_defaults(2, gpus=0, environ={}, build=STOCK) == {
+        "HOROVOD_CYCLE_TIME": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
 def test_gloo_ranks_sharing_a_cpu_host_reduce_once_after_backprop():
@@ -37,12 +49,13 @@ def test_buckets_under_mpi_on_gpus_and_for_one_rank_per_host():
 
 
 def test_the_launcher_and_the_backend_choose_the_same_defaults():
-    """Written once (launch/contract.py): `python -m launch --cores_per_host` and the
-    horovod backend (ranks started without it) cannot drift apart."""
-    from launch import contract, envvars
-    assert CPU_SHARING_DEFAULTS == contract.CPU_SHARING_DEFAULTS
+    """Written once (launch/horovod_build.py): `python -m launch --cores_per_host` and the
+    horovod backend (ranks started without it) cannot drift apart, for the build here."""
+    from launch import envvars
+    build = horovod_build.detect()
     launched = envvars.cpu_sharing_env(cores=8, ranks_per_host=2)
-    assert {k: launched[k] for k in CPU_SHARING_DEFAULTS} == dict(CPU_SHARING_DEFAULTS)
+    assert _cpu_sharing_defaults(2, gpus=0, environ={}, build=build) == \
+        {k: launched[k] for k in horovod_build.cpu_sharing_defaults(build)}
 
 
 def test_horovod_takes_its_own_options_only():
@@ -55,6 +68,7 @@ def test_horovod_takes_its_own_options_only():
     with pytest.raises(backends.UsageError, match="compression: received 'int8'"):
         backends.create("horovod", compression="int8")
     backend = backends.create("horovod", compression="fp16", cycle_time_ms=3)
-    assert backend.describe() == \
-        "horovod (compression fp16, gradient buckets of 4 MiB, HOROVOD_CYCLE_TIME=3)"
+    assert backend.describe() == (f"{horovod_build.detect().describe()} (compression fp16, "
+                                  "gradient buckets of 4 MiB, HOROVOD_CYCLE_TIME=3)")
+    assert backend.describe().startswith("horovod 0.28.1 ")
     assert backend.chosen_env == {} and backend.timeline_path is None

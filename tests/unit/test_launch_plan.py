@@ -121,7 +121,8 @@ def test_forwarded_names_by_prefix_always_and_explicit():
 
 
 def test_cpu_sharing_defaults_and_user_override():
-    env = cpu_sharing_env(cores=16, ranks_per_host=4)
+    from launch.horovod_build import PATCHED
+    env = cpu_sharing_env(cores=16, ranks_per_host=4, build=PATCHED)
     assert env == {"OMP_NUM_THREADS": "4", "TF_NUM_INTRAOP_THREADS": "4",
                    "HOROVOD_CYCLE_TIME": "5", "OMPI_MCA_mpi_yield_when_idle": "1"}
     assert cpu_sharing_env(2, 4)["OMP_NUM_THREADS"] == "1"  # never zero threads

@@ -75,11 +75,16 @@ def test_horovod_script_lines():
     assert "'$(touch PWNED); `reboot` '\"'\"'quoted'\"'\"' \"dq\" a;b'" in text
 
 
-def test_cpu_job_has_no_gpu_lines_and_full_cpu_sharing_defaults():
+@pytest.mark.parametrize("build, cycle", [("PATCHED", "5"), ("STOCK", "1")])
+def test_cpu_job_has_no_gpu_lines_and_full_cpu_sharing_defaults(monkeypatch, build, cycle):
+    """The cycle is the one the Horovod installed where the script is written suits
+    (launch/horovod_build.py): a stock one keeps its 1 ms."""
+    from launch import horovod_build
+    monkeypatch.setattr(horovod_build, "detect", lambda: getattr(horovod_build, build))
     text = render("horovod", gpus_per_node=0, tasks_per_node=4, cpus_per_task=2)
     assert "--gpus-per-node" not in text
     assert "export NCCL_IB_HCA" not in text
-    assert "export HOROVOD_CYCLE_TIME=5" in text
+    assert f"export HOROVOD_CYCLE_TIME={cycle}\n" in text
     assert "export OMPI_MCA_mpi_yield_when_idle=1" in text
     assert "#SBATCH --ntasks-per-node=4" in text
 

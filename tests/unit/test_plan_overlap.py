@@ -73,3 +73,20 @@ def test_long_backprop_short_comm_leaves_almost_nothing_exposed():
     # Only the last gradients, sent after backprop ends, stay exposed: a few percent of
     # the busy time, and no cycle wait (the patched loop wakes on the submission).
     assert res.exposed_s < 0.05 * busy
+
+
+def test_the_horovod_build_chooses_the_loop_model(capsys):
+    """--horovod_build: a stock loop (no wake-on-enqueue) exposes more of the same bytes on
+    every row; auto is what the Horovod installed here does (launch/horovod_build.py)."""
+    from launch import horovod_build
+    patched = _docs_decoder_plan(capsys, "--horovod_build", "patched")
+    stock = _docs_decoder_plan(capsys, "--horovod_build", "stock")
+    for p, s in zip(patched, stock):
+        assert s["comm_exposed_s"] > p["comm_exposed_s"], (p, s)
+    auto = _docs_decoder_plan(capsys)
+    assert auto == (patched if horovod_build.detect().wakes_on_enqueue else stock)
+    argv = ["--model", "resnet50", "--batch_size", "32", "--gpu", "a100-80gb"]
+    assert main(argv + ["--horovod_build", "stock"]) == 0
+    assert "cycle 1 ms (stock horovod)" in capsys.readouterr().out
+    assert main(argv + ["--horovod_build", "vanilla"]) == 2
+    assert "--horovod_build" in capsys.readouterr().err

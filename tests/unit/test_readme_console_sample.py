@@ -14,6 +14,7 @@ import pytest
 
 from horovod_train import config as cfg
 from horovod_train.backends import buckets
+from launch import horovod_build
 
 REPO = Path(__file__).resolve().parents[2]
 HOROVOD = REPO / "horovod_train" / "backends" / "horovod.py"
@@ -34,10 +35,13 @@ def _pure_parts() -> dict:
 
 
 def default_description() -> str:
-    """What HorovodBackend(**options_from_config(defaults)).describe() returns."""
+    """What HorovodBackend(**options_from_config(defaults)).describe() returns on the
+    Horovod `make setup` builds from this checkout (patched, this patch set's digest)."""
     parts = _pure_parts()
     options = parts["options_from_config"](None, cfg.RunConfig())
+    digest = horovod_build.patch_set_digest(str(REPO / "scripts" / "horovod-patches"))
     backend = types.SimpleNamespace(
+        build=horovod_build.HorovodBuild(True, "0.28.1", True, digest, horovod_build.FEATURES),
         compression=options["compression"], bucket_mb=options["bucket_mb"],
         bucket_bytes=buckets.mib_to_bytes(options["bucket_mb"]),
         knobs=parts["knob_env"](options["fusion_threshold_mb"], options["cycle_time_ms"],
@@ -47,7 +51,8 @@ def default_description() -> str:
 
 def test_the_default_description_names_the_buckets():
     assert default_description() == (
-        f"horovod (compression none, gradient buckets of {cfg.DEFAULT_BUCKET_MB:g} MiB)")
+        f"horovod 0.28.1 patched {horovod_build.patch_set_digest(str(REPO / 'scripts' / 'horovod-patches'))} "
+        f"(compression none, gradient buckets of {cfg.DEFAULT_BUCKET_MB:g} MiB)")
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/observability.md"])
