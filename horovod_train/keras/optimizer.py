@@ -114,6 +114,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         self._strategy = None  # bound by Strategy.distributed_optimizer, else the active one
         self._inject = None
         self.xla = None  # jit.SplitTrainStep, once fit compiles around the collectives
+        self.verdict = divergence_guard.Verdict()  # the in-step divergence check's
         self.update_options = update.UpdateOptions(
             accum_steps=opts.accum_steps, mean_of_micro_batches=opts.mean_of_micro_batches,
             sum_over_ranks=opts.op is ReduceOp.SUM,
@@ -300,7 +301,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         every = self.opts.divergence_check_steps
         if every and self.strategy.size > 1:
             divergence_guard.in_step(self.strategy.backend, variables,
-                                     self.inner_optimizer.iterations, every)
+                                     self.inner_optimizer.iterations, every, self.verdict)
 
     def unscale_check_apply(self, grads, variables):
         """The kernel's update with this optimizer's parts: the inner optimizer applies,
