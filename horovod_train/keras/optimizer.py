@@ -269,19 +269,10 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def reduce(self, grads, variables) -> list:
         """The gradients over ranks (op, compression), local variables' kept local."""
+        reduce = hvd_options.gradient_mean(self.strategy.backend, self.opts)
         return update.reduce_gradients(
-            grads, self._collective, local=[id(v) in self._local_ids for v in variables],
+            grads, reduce, local=[id(v) in self._local_ids for v in variables],
             size=self.strategy.size, options=self.update_options)[0]
-
-    def _collective(self, tensors) -> list:
-        backend = self.strategy.backend
-        if self.opts.compressor is None:
-            return backend.graph_mean(tensors)
-        if self.opts.wire is not None:
-            return backend.graph_mean(tensors, compression=self.opts.wire)
-        sent, ctxs = zip(*[self.opts.compressor.compress(t) for t in tensors])
-        reduced = backend.graph_mean(list(sent), compression="none")
-        return [self.opts.compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
 
     def _sync_at_first_update(self, variables):
         """Rank 0's model and optimizer state on every rank before the first update,
