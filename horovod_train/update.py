@@ -72,9 +72,10 @@ class Accumulator:
                 slot.assign_add(tf.cast(g, slot.dtype))
 
         def flush_and_reset():
-            flush(finish_accumulation([s.value for s in self.slots], self.options))
-            for slot in self.slots:
-                slot.assign(tf.zeros_like(slot.value))
+            totals = [tf.convert_to_tensor(s) for s in self.slots]  # Keras or tf variables
+            flush(finish_accumulation(totals, self.options))
+            for slot, total in zip(self.slots, totals):
+                slot.assign(tf.zeros_like(total))
             return tf.no_op()
         due = tf.equal((calls + 1) % self.options.accum_steps, 0)
         tf.cond(due, flush_and_reset, tf.no_op)
