@@ -35,10 +35,9 @@ def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
 
 def _build(config, backend, data, steps_per_epoch):
     precision.set_policy(config.speed.precision)
-    with backend.scope():
-        model = _model_for(config, data)
-        optimizer = schedules.make_optimizer(config.optim, backend.info.size, steps_per_epoch)
-        optimizer.build(model.trainable_variables)
+    model = _model_for(config, data)
+    optimizer = schedules.make_optimizer(config.optim, backend.info.size, steps_per_epoch)
+    optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
     # Elastic runs do it in their first sync instead: a rank that joins later must not
     # call a collective the running ranks are not calling.

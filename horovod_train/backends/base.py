@@ -7,7 +7,6 @@ really does differently. Its collectives live in one place, its communicator
 thin functions over it, which no backend overrides.
 """
 import abc
-import contextlib
 import dataclasses
 
 from horovod_train.backends import buckets
@@ -63,10 +62,6 @@ class Backend(abc.ABC):
     def setup(self) -> ProcessInfo:
         """Joins the job; returns where this process sits in it."""
 
-    def scope(self):
-        """Context in which models and optimizers must be built."""
-        return contextlib.nullcontext()
-
     def distribute_dataset(self, dataset_fn):
         """dataset_fn(ShardInfo) -> tf.data.Dataset of this rank's batches."""
         return dataset_fn(ShardInfo(self.info.rank, self.info.size))
@@ -83,11 +78,6 @@ class Backend(abc.ABC):
             from horovod_train import feed
             self._fed[step_fn] = feed.fed_step(step_fn)
         return self._fed[step_fn](iterator, *args)
-
-    def run_replica(self, fn, *args):
-        """Inside a compiled step: fn(*args). Every backend's collectives run in any
-        tf.function, so there is nothing to enter."""
-        return fn(*args)
 
     def allreduce_gradients(self, grads, compression=None) -> list:
         """Averages gradients over ranks, in graph (the train step, the Keras drop-in)

@@ -19,7 +19,6 @@ from horovod.common import elastic as hvd_elastic
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 import horovod.tensorflow as hvd
-from horovod_train import divergence
 from horovod_train.backends.base import ProcessInfo
 from launch import contract
 
@@ -77,16 +76,13 @@ def run_elastic(func, on_interrupt=lambda: None):
 
 
 def translate_ring_errors(func, on_interrupt=lambda: None):
-    """func, with a broken ring's TF errors turned into Horovod's restart signal. A
-    divergence verdict that a compiled step raised (it arrives as a TF error too) ends
-    the job instead: rolling back to a commit would hide it."""
+    """func, with a broken ring's TF errors turned into Horovod's restart signal. (A
+    compiled step stopped by the in-step divergence check fails with an assertion, not
+    one of these: it ends the job, and the Keras caller raises the verdict it holds.)"""
     def wrapper(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
         except _RING_BROKEN as err:
-            verdict = divergence.RanksDiverged.found_in(str(err))
-            if verdict is not None:
-                raise verdict from err
             on_interrupt()
             raise HorovodInternalError(err) from err
         except HostsUpdatedInterrupt:

@@ -53,7 +53,7 @@ from horovod_train.keras.horovod_api import (
     local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
     reducescatter, remove_process_set, rocm_built, shutdown, size, start_timeline,
     stop_timeline)
-from horovod_train.keras.jit import SplitTrainStep, XlaParts, compile_around_collectives
+from horovod_train.keras.jit import SplitTrainStep, compile_around_collectives
 from horovod_train.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from horovod_train.keras.saving import load_model
 from horovod_train.keras.sharding import shard_arrays, shard_dataset
@@ -74,7 +74,7 @@ HOROVOD_NAMES = [
 
 __all__ = HOROVOD_NAMES + [
     "Strategy", "state", "BroadcastInitialState", "MetricAverage", "LearningRateWarmup",
-    "ChiefProgbar", "SplitTrainStep", "XlaParts", "compile_around_collectives",
+    "ChiefProgbar", "SplitTrainStep", "compile_around_collectives",
     "shard_arrays", "shard_dataset", "native_scope_error", "reject_native_strategy",
     "compression", "guards", "horovod_api", "jit", "optimizer", "sharding",
 ]

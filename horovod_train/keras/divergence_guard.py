@@ -9,12 +9,19 @@ the same point, none waits for a peer that left):
   - inside the train step, every `divergence_check_steps` updates of the
     DistributedOptimizer (default hvd_options.DEFAULT_DIVERGENCE_CHECK_STEPS), for
     scripts that run none of those callbacks: one small allreduce, then a verdict.
+
+The in-step verdict is a tensor (a Verdict: which ranks differ, at which update), the
+same on every rank. The step records it and, when a rank differs, stops there on every
+rank alike: model.fit runs none of our code between steps, so the stop is an in-graph
+assertion carrying the guard's one line. A caller that owns the loop (hvd.elastic.run,
+a GradientTape loop) raises the typed RanksDiverged from the Verdict, never from the
+error's text.
 """
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from horovod_train import divergence
-from horovod_train.backends.comm import ReduceOp
 
 
 class EpochGuard:
@@ -56,27 +63,61 @@ def _updates(model) -> int:
     return int(opt.iterations.numpy()) if opt is not None else 0
 
 
-def in_step(backend, variables, iterations, every: int):
+IN_STEP = "an in-step check of DistributedOptimizer"
+
+
+class Verdict:
+    """The in-step check's last verdict: a bool per rank (True: differs from rank 0) and
+    the update it was taken at. Plain tf.Variables outside the optimizer's saved and
+    broadcast state: a verdict belongs to this run, not to the model."""
+
+    def __init__(self):
+        self.diverged = tf.Variable(tf.zeros([0], tf.bool), shape=tf.TensorShape([None]),
+                                    trainable=False, name="diverged_ranks")
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="verdict_step")
+
+    def record(self, mask, step):
+        self.diverged.assign(mask)
+        self.step.assign(tf.cast(step, tf.int64))
+
+    def take(self, where=IN_STEP):
+        """(On the host) RanksDiverged if the last check found a rank that differs, else
+        None; the verdict is then cleared, so a later, unrelated error is not taken
+        for it."""
+        ranks = np.flatnonzero(self.diverged.numpy()).tolist()
+        self.diverged.assign(tf.zeros([0], tf.bool))
+        return divergence.RanksDiverged(ranks, int(self.step.numpy()), where) if ranks else None
+
+
+def in_step(backend, variables, iterations, every: int, verdict: Verdict):
     """Inside a tf.function: on updates that are multiples of `every`, every rank's
-    checksum (one SUM-allreduce of a [size, 2] table holding this rank's row: adding
-    zeros is exact), then the verdict, which raises on every rank alike."""
-    size, rank = backend.info.size, backend.info.rank
-    ops = backend.comm
+    checksum (one allgather: the bits each rank computed, moved, never added), then the
+    verdict, recorded in `verdict`; the step stops on every rank alike when some rank
+    differs (stop_if_diverged)."""
     due = tf.logical_and(iterations > 0, tf.equal(iterations % every, 0))
 
     def check():
         local = divergence.checksum(variables)
-        table = tf.scatter_nd([[rank]], tf.reshape(local, [1, 2]), [size, 2])
-        rows = ops.allreduce(table, ReduceOp.SUM)
-        tf.py_function(_verdict, [rows, iterations], [])
+        mask = divergence.differing_mask(backend.comm.allgather(tf.reshape(local, [1, 2])))
+        verdict.record(mask, iterations)
+        stop_if_diverged(mask, iterations)
         return tf.no_op()
     tf.cond(due, check, tf.no_op)
 
 
-def _verdict(rows, step):
-    ranks = divergence.differing_ranks(rows.numpy())
-    if ranks:
-        err = divergence.RanksDiverged(ranks, int(step.numpy()),
-                                       "an in-step check of DistributedOptimizer")
-        logging.error("%s", err)
-        raise err
+def stop_if_diverged(mask, step, where=IN_STEP):
+    """Fails the running step when `mask` names a rank (the same mask on every rank, so
+    every rank fails here) with the guard's one line. The line is formatted by the one
+    formatter, divergence.message; nothing reads it back."""
+    def stop():
+        line = tf.py_function(lambda m, s: _line(m, s, where), [mask, step], tf.string)
+        tf.debugging.Assert(tf.logical_not(tf.reduce_any(mask)), [line])
+        return tf.no_op()
+    tf.cond(tf.reduce_any(mask), stop, tf.no_op)
+
+
+def _line(mask, step, where) -> str:
+    ranks = np.flatnonzero(mask.numpy()).tolist()
+    line = divergence.message(ranks, int(step.numpy()), where)
+    logging.error("%s", line)
+    return line

@@ -21,8 +21,10 @@ import copy
 import functools
 
 import keras
+import tensorflow as tf
 
 from horovod_train.keras import horovod_api, state as job
+from horovod_train.keras.optimizer import DistributedOptimizer
 
 
 class KerasState:
@@ -89,13 +91,32 @@ class KerasState:
 
 def run(func):
     """Horovod's @hvd.elastic.run: func(state, ...) again after every re-formed ring."""
+    attempt = _raising_verdicts(func)
+
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         if state._driver is None:
             state.sync()
-            return func(state, *args, **kwargs)
-        return state._driver.run(func, args, kwargs)
+            return attempt(state, *args, **kwargs)
+        return state._driver.run(attempt, args, kwargs)
     return wrapper
+
+
+def _raising_verdicts(func):
+    """func, raising RanksDiverged when the optimizer's in-step check stopped the step:
+    typed from the verdict tensor every rank holds alike (never from the error's text),
+    so the restart loop ends the job instead of rolling back to a commit, which would
+    hide the divergence."""
+    def attempt(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.OpError as err:
+            opt = state.optimizer
+            diverged = opt.verdict.take() if isinstance(opt, DistributedOptimizer) else None
+            if diverged is None:
+                raise
+            raise diverged from err
+    return attempt
 
 
 class CommitStateCallback(keras.callbacks.Callback):

@@ -64,6 +64,22 @@ def resolve(*, compression, op, gradient_predivide_factor, backward_passes_per_s
                             divergence_check_steps=divergence_check_steps)
 
 
+def gradient_mean(backend, opts: ReductionOptions):
+    """The reduce(list) -> list that the update kernel (horovod_train.update) is given
+    for Horovod's options: the backend's in-graph mean, on the wire the compression
+    names; a user's own Compressor wraps an uncompressed mean. DistributedOptimizer uses
+    it, and DistributedGradientTape (issue 40) will, with its own options record."""
+    def reduce(tensors):
+        if opts.compressor is None:
+            return backend.allreduce_gradients(tensors)
+        if opts.wire is not None:
+            return backend.allreduce_gradients(tensors, compression=opts.wire)
+        sent, ctxs = zip(*[opts.compressor.compress(t) for t in tensors])
+        reduced = backend.allreduce_gradients(list(sent), compression="none")
+        return [opts.compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
+    return reduce
+
+
 def to_config(opts: ReductionOptions) -> dict:
     """Constructor keywords that rebuild the same options (get_config/from_config)."""
     config = {"compression": opts.wire, "op": opts.op.value,

@@ -2,58 +2,46 @@
 
 With jit_compile on, Keras compiles the whole train step - forward, backward and
 optimizer.apply - into one XLA function, and the DistributedOptimizer's allreduce would
-land inside it, where XLA cannot compile it (TF 2.21 refuses collectives on CPU; Horovod's
-ops have no XLA kernels there). So on several ranks the step is split the way
-horovod_train.step splits its own:
-  1. the model's own train_step (forward, loss, backward, metrics) in an XLA function,
-     with the optimizer recording the gradients instead of applying them;
-  2. the allreduce, with the poison and accumulation bookkeeping, in Keras's outer train
-     function, which is then built without XLA;
-  3. unscale, finite check, loss-scale update and the inner optimizer's apply: a second
-     XLA function (XlaParts.update).
+land inside it, where XLA cannot compile it. So on several ranks the step is split by
+the package's one rule, horovod_train.xla_split.XlaSplit (the CLI step's too):
+  1. compute: the model's own train_step (forward, loss, backward, metrics) in an XLA
+     function, with the optimizer recording the gradients instead of applying them;
+  2. the reduction, with the poison and accumulation bookkeeping, in Keras's outer
+     train function, which is then built without XLA;
+  3. update: the kernel's unscale, finite check, apply and loss-scale update, the
+     split's second XLA function (DistributedOptimizer.unscale_check_apply).
 evaluate() and predict() keep Keras's own XLA: they hold no collective.
 """
-import tensorflow as tf
 from absl import logging
 
 from horovod_train.errors import UsageError
-
-
-class XlaParts:
-    """The optimizer's side (DistributedOptimizer.xla): its apply() calls recorded while
-    part 1 traces, and part 3 compiled. A plain object, so Keras's attribute tracking
-    leaves the recorded tensors and variables alone."""
-
-    def __init__(self, optimizer):
-        self.optimizer = optimizer
-        self.calls = None  # a list while part 1 traces
-        self.updates = {}  # ids of the variables -> their compiled update
-
-    def update(self, grads, variables):
-        key = tuple(id(v) for v in variables)
-        if key not in self.updates:
-            self.updates[key] = tf.function(
-                lambda g: self.optimizer.unscale_check_apply(g, variables), jit_compile=True)
-        self.updates[key](grads)
+from horovod_train.xla_split import XlaSplit
 
 
 class SplitTrainStep:
-    """Stands in for model.train_step (an instance attribute): part 1 compiled, then the
-    optimizer's apply with the recorded gradients, outside XLA."""
+    """Stands in for model.train_step (an instance attribute) and is the optimizer's
+    `xla`: part 1 compiled, then the optimizer's apply with the recorded gradients,
+    outside XLA, whose update runs in part 3. A plain object, so Keras's attribute
+    tracking leaves the recorded tensors and variables alone."""
 
     def __init__(self, keras_step, optimizer):
         self.keras_step = keras_step  # the model's own, a user's override included
         self.optimizer = optimizer
         self.variables = None  # what the traced step passed to apply()
-        self.forward = tf.function(self._forward, jit_compile=True, reduce_retracing=True)
+        self.calls = None  # a list while part 1 traces: the optimizer's apply() records
+        self.split = XlaSplit(self._forward, optimizer.unscale_check_apply, jit_compile=True,
+                              reduce_retracing=True)
+
+    def update(self, grads, variables):
+        """Part 3, called by the optimizer after the reduction."""
+        self.split.update(grads, variables)
 
     def _forward(self, data):
-        parts = self.optimizer.xla
-        parts.calls = calls = []
+        self.calls = calls = []
         try:
             logs = self.keras_step(data)
         finally:
-            parts.calls = None
+            self.calls = None
         if len(calls) != 1:
             raise UsageError(f"model.fit(jit_compile=True): received a train_step that applies "
                              f"the optimizer {len(calls)} times; expected once per step. Fix: "
@@ -62,7 +50,7 @@ class SplitTrainStep:
         return logs, grads
 
     def __call__(self, data):
-        logs, grads = self.forward(data)
+        logs, grads = self.split.compute(data)
         self.optimizer.apply(grads, self.variables)
         return logs
 
@@ -80,7 +68,7 @@ def compile_around_collectives(model, strategy):
         return
     if not split or step.optimizer is not optimizer:  # first fit, or compiled anew
         model.train_step = SplitTrainStep(step.keras_step if split else step, optimizer)
-    optimizer.xla = optimizer.xla or XlaParts(optimizer)
+    optimizer.xla = model.train_step
     # fit built its train function before train begin, as one XLA cluster: rebuild it
     # without, around the compiled parts. jit_compile stays on for evaluate and predict.
     model.jit_compile = False

@@ -1,10 +1,11 @@
-"""The optimizer wrapper: allreduce the gradients, then unscale, check and apply.
+"""The optimizer wrapper: Horovod's DistributedOptimizer surface over the update kernel.
 
 A keras.optimizers.LossScaleOptimizer subclass, so that compile() under mixed_float16
 does not wrap it in Keras's own, which would decide finiteness on each rank's local
-gradients (ranks could disagree and hang). Loss scaling wraps the reduction, as in
-horovod_train.step: scaled gradients are reduced, then unscaled and checked, so every
-rank sees the same numbers and skips or applies the same steps.
+gradients (ranks could disagree and hang). The update is horovod_train.update's, the
+CLI step's own: accumulate, reduce (the backend's allreduce_gradients with Horovod's options),
+unscale, check finiteness on the reduced values, apply or skip on every rank alike,
+adapt the loss scale.
 """
 import types
 
@@ -13,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from horovod_train import precision
+from horovod_train import precision, update
 from horovod_train.backends.comm import ReduceOp
 from horovod_train.errors import UsageError
 from horovod_train.keras import divergence_guard, hvd_options, state
@@ -112,7 +113,12 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         self._reduced_ids = set()  # gradients compute_gradients already reduced
         self._strategy = None  # bound by Strategy.distributed_optimizer, else the active one
         self._inject = None
-        self.xla = None  # jit.XlaParts, once fit compiles around the collectives
+        self.xla = None  # jit.SplitTrainStep, once fit compiles around the collectives
+        self.verdict = divergence_guard.Verdict()  # the in-step divergence check's
+        self.update_options = update.UpdateOptions(
+            accum_steps=opts.accum_steps, mean_of_micro_batches=opts.mean_of_micro_batches,
+            sum_over_ranks=opts.op is ReduceOp.SUM,
+            scale_local_gradients=self.scale_local_gradients)
         self._ready = True
 
     def __setattr__(self, name, value):
@@ -142,8 +148,9 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
     def build(self, var_list):
         self._build_scale()
         if self.accum_steps > 1:
-            self._accumulators = [self.add_variable_from_reference(v, name="accumulated_grad")
-                                  for v in var_list]
+            self._accumulator = update.Accumulator(
+                var_list, lambda v: self.add_variable_from_reference(v, name="accumulated_grad"),
+                self.update_options)
         self.inner_optimizer.build(var_list)
         keras.optimizers.Optimizer.build(self, var_list)
 
@@ -174,11 +181,13 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
             return
         if self._reduced_ids and all(id(g) in self._reduced_ids for g in grads if g is not None):
             self._reduced_ids.clear()  # from compute_gradients: reduced already
-            self._reduce_and_apply(grads, variables, reduced=True)
+            self._update(grads, variables)
         elif self.accum_steps == 1:
-            self._reduce_and_apply(self._poisoned(grads), variables)
+            self._update(self.reduce(self._poisoned(grads), variables), variables)
         else:
-            self._accumulate(self._poisoned(grads), variables)
+            self._accumulator.add(self._poisoned(grads), self._iterations,
+                                  lambda total: self._update(self.reduce(total, variables),
+                                                             variables))
         self._iterations.assign_add(1)
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
@@ -247,25 +256,12 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         return [None if g is None else g + tf.where(hit, tf.cast(np.inf, g.dtype),
                                                     tf.cast(0, g.dtype)) for g in grads]
 
-    def _accumulate(self, grads, variables):
-        for acc, g in zip(self._accumulators, grads):
-            if g is not None:
-                acc.assign_add(tf.cast(g, acc.dtype))
-        divisor = self.accum_steps if self.opts.mean_of_micro_batches else 1
-
-        def flush():
-            total = [acc.value / divisor for acc in self._accumulators]
-            self._reduce_and_apply(total, variables)
-            for acc in self._accumulators:
-                acc.assign(tf.zeros_like(acc.value))
-            return tf.no_op()
-        tf.cond(tf.equal((self._iterations + 1) % self.accum_steps, 0), flush, tf.no_op)
-
-    def _reduce_and_apply(self, grads, variables, reduced=False):
-        if not reduced:
-            grads = self.reduce(grads, variables)
+    def _update(self, grads, variables):
+        """After the reduction: rank 0's state at the first update, the kernel's update
+        (in the XLA split's compiled part when fit compiles around the collectives),
+        then the in-step divergence check."""
         self._sync_at_first_update(variables)
-        if self.xla is not None:  # after the collective, in an XLA function of its own
+        if self.xla is not None:
             self.xla.update(grads, variables)
         else:
             self.unscale_check_apply(grads, variables)
@@ -273,29 +269,10 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
 
     def reduce(self, grads, variables) -> list:
         """The gradients over ranks (op, compression), local variables' kept local."""
-        grads = list(grads)
-        size = self.strategy.size
-        shared = [i for i, (g, v) in enumerate(zip(grads, variables))
-                  if g is not None and id(v) not in self._local_ids]
-        for i, g in zip(shared, self._collective([grads[i] for i in shared])):
-            grads[i] = g * tf.cast(size, g.dtype) if self.opts.op is ReduceOp.SUM else g
-        if self.scale_local_gradients and self._local_ids and size > 1:
-            for i, (g, v) in enumerate(zip(grads, variables)):
-                if g is not None and id(v) in self._local_ids:
-                    grads[i] = g / tf.cast(size, g.dtype)
-        return grads
-
-    def _collective(self, tensors) -> list:
-        backend = self.strategy.backend
-        if not tensors:
-            return []
-        if self.opts.compressor is None:
-            return backend.allreduce_gradients(tensors)
-        if self.opts.wire is not None:
-            return backend.allreduce_gradients(tensors, compression=self.opts.wire)
-        sent, ctxs = zip(*[self.opts.compressor.compress(t) for t in tensors])
-        reduced = backend.allreduce_gradients(list(sent), compression="none")
-        return [self.opts.compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
+        reduce = hvd_options.gradient_mean(self.strategy.backend, self.opts)
+        return update.reduce_gradients(
+            grads, reduce, local=[id(v) in self._local_ids for v in variables],
+            size=self.strategy.size, options=self.update_options)[0]
 
     def _sync_at_first_update(self, variables):
         """Rank 0's model and optimizer state on every rank before the first update,
@@ -315,25 +292,14 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         every = self.opts.divergence_check_steps
         if every and self.strategy.size > 1:
             divergence_guard.in_step(self.strategy.backend, variables,
-                                     self.inner_optimizer.iterations, every)
+                                     self.inner_optimizer.iterations, every, self.verdict)
 
     def unscale_check_apply(self, grads, variables):
-        present = [i for i, g in enumerate(grads) if g is not None]
-        grads = list(grads)
-        for i, g in zip(present, self._loss_scale.unscale([grads[i] for i in present])):
-            grads[i] = g
-        # Reduced values are identical on every rank, so is this verdict.
-        finite = precision.all_finite([grads[i] for i in present])
-
-        def apply():
-            self.inner_optimizer.apply(grads, variables)
-            return tf.no_op()
-
-        def skip():
-            self.skipped.assign_add(tf.ones_like(self.skipped))
-            return tf.no_op()
-        tf.cond(finite, apply, skip)
-        self._loss_scale.update(finite)  # precision's rule: halve on skip, grow after N
+        """The kernel's update with this optimizer's parts: the inner optimizer applies,
+        a skip is counted, the scale is the optimizer's own variables."""
+        update.apply_update(grads, self._loss_scale,
+                            lambda unscaled: self.inner_optimizer.apply(unscaled, variables),
+                            on_skip=lambda: self.skipped.assign_add(tf.ones_like(self.skipped)))
 
     @classmethod
     def from_config(cls, config, custom_objects=None):

@@ -80,11 +80,10 @@ class Strategy:
     def scope(self):
         """Where to build the model and its optimizer.
 
-        The backend's scope(), which is no tf.distribute scope on any backend: Keras
-        stays undistributed and the optimizer wrapper reduces."""
+        No tf.distribute scope on any backend: Keras stays undistributed and the
+        optimizer wrapper reduces."""
         reject_native_strategy("strategy.scope()")
-        with self.backend.scope():
-            yield self
+        yield self
 
     def distributed_optimizer(self, optimizer, accum_steps=1, loss_scale="auto",
                               initial_scale=2.0 ** 15, dynamic_growth_steps=2000,

@@ -8,8 +8,10 @@ argv: out_dir modes, where modes is a comma-separated list of, run in order in o
   perturb  - model.fit with the broadcast callback; rank 1 alters a kernel after
              epoch 1: the train-end check must stop every rank (RanksDiverged)
   instep   - the same without callbacks; the optimizer's own check every 4 updates
-(perturb and instep write "fit_perturb" and "fit_instep"; every rank stops at the same
-check, so the ranks are still in step for the next mode.)
+  elastic  - instep inside hvd.elastic.run: the caller raises the typed RanksDiverged
+             from the optimizer's verdict tensor
+(each writes "fit_<mode>"; every rank stops at the same check, so the ranks are still
+in step for the next mode.)
 """
 import hashlib
 import json
@@ -118,7 +120,8 @@ def load_model():
             "same_weights": digest(loaded) == digest(model)}
 
 
-def fit_with_perturbation(callbacks_on):
+def fit_with_perturbation(mode):
+    callbacks_on = mode == "perturb"
     x = np.random.RandomState(R).rand(64, 4).astype("float32")
     y = x.sum(axis=1, keepdims=True)
     model = build(R)
@@ -132,11 +135,17 @@ def fit_with_perturbation(callbacks_on):
                 self.model.layers[0].kernel.assign_add(tf.fill([4, 8], 1e-3))
 
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if callbacks_on else []
-    try:  # the perturbation runs after the broadcast callback's epoch-1 check
+
+    def fit(*_):
         model.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=callbacks + [Perturb()])
+    if mode == "elastic":
+        fit = hvd.elastic.run(fit)
+    try:  # the perturbation runs after the broadcast callback's epoch-1 check
+        fit(hvd.elastic.KerasState(model) if mode == "elastic" else None)
     except Exception as err:  # every rank must stop here, with the guard's message
         return {"stopped": True, "error": str(err).splitlines()[0][:2000],
-                "message": "ranks diverged: rank 1" in str(err),
+                "message": "ranks diverged: rank 1" in str(err), "type": type(err).__name__,
+                "verdict": [getattr(err, "ranks", None), getattr(err, "step", None)],
                 "updates": int(opt.iterations.numpy())}
     return {"stopped": False, "updates": int(opt.iterations.numpy())}
 
@@ -157,5 +166,5 @@ for mode in MODES.split(","):
     if mode == "api":
         api()
     else:
-        result[f"fit_{mode}"] = fit_with_perturbation(mode == "perturb")
+        result[f"fit_{mode}"] = fit_with_perturbation(mode)
 save()

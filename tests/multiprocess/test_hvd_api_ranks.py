@@ -52,8 +52,8 @@ def check_collectives(c):
 
 @pytest.fixture(scope="module")
 def gloo_ranks(tmp_path_factory):
-    """One Gloo job runs the API checks, then both perturbed fits (the tests below)."""
-    return run_horovod("gloo", tmp_path_factory.mktemp("gloo"), "api,perturb,instep")
+    """One Gloo job runs the API checks, then the perturbed fits (the tests below)."""
+    return run_horovod("gloo", tmp_path_factory.mktemp("gloo"), "api,perturb,instep,elastic")
 
 
 @pytest.mark.parametrize("launcher", ["gloo", "mpi", "mwms"])
@@ -83,7 +83,7 @@ def test_the_api_answers_alike_on_every_rank(tmp_path, launcher, request):
         assert all(res["timeline"] == "ok" for res in ranks)
 
 
-@pytest.mark.parametrize("mode", ["perturb", "instep"])
+@pytest.mark.parametrize("mode", ["perturb", "instep", "elastic"])
 def test_a_perturbed_rank_stops_every_rank_at_the_next_check(gloo_ranks, mode):
     for res in gloo_ranks:
         fit = res[f"fit_{mode}"]
@@ -92,3 +92,9 @@ def test_a_perturbed_rank_stops_every_rank_at_the_next_check(gloo_ranks, mode):
         # training (12 updates: epoch ends are checked at most once per 100 updates);
         # without it, the optimizer's in-step check at update 8.
         assert fit["updates"] == (12 if mode == "perturb" else 8), fit
+        # The in-step check stops Keras's own loop with an assertion; a caller holding
+        # the optimizer (hvd.elastic.run) raises the typed error from its verdict tensor.
+        typed = mode != "instep"
+        assert fit["type"] == ("RanksDiverged" if typed else "InvalidArgumentError"), fit
+        assert fit["verdict"] == ([[1], 12 if mode == "perturb" else 8] if typed
+                                  else [None, None]), fit

@@ -10,8 +10,8 @@ import models  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import loop, schedules  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
-from horovod_train.step import (XLA_MUST_COMPILE, StepOptions, TrainStep,  # noqa: E402
-                                xla_collectives, xla_functions)
+from horovod_train.step import StepOptions, TrainStep  # noqa: E402
+from horovod_train.xla_split import XLA_MUST_COMPILE, xla_collectives, xla_functions  # noqa: E402
 
 from collective_probe import OP_TYPES, RingOfOne  # noqa: E402
 

@@ -120,11 +120,3 @@ def test_the_epoch_end_rule_reads_the_position_only():
     import inspect
     assert list(inspect.signature(divergence.epoch_end_due).parameters) == [
         "step", "epoch_steps", "first"]
-
-
-def test_a_verdict_is_found_again_inside_another_errors_text():
-    line = str(divergence.RanksDiverged([1, 3], 120, "the end of epoch 2"))
-    found = divergence.RanksDiverged.found_in(f"UnknownError: RanksDiverged: {line}\nTraceback ...")
-    assert (found.ranks, found.step, found.where, str(found)) == ([1, 3], 120,
-                                                                  "the end of epoch 2", line)
-    assert divergence.RanksDiverged.found_in("Gloo connection reset by peer") is None
