@@ -71,7 +71,10 @@ class LoopReader:
         return self
 
     def __next__(self):
-        return next(self.fetch_from())
+        iterator = self.fetch_from()
+        if iterator is None:  # past the last epoch: the stream has nothing current
+            raise StopIteration
+        return next(iterator)
 
 
 class Repeated:

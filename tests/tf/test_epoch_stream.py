@@ -147,3 +147,12 @@ def test_peak_memory_does_not_grow_with_epochs():
     one, many = _peak_rss_kb(1), _peak_rss_kb(200)
     # Before the fix 200 epochs took ~210 MB more than 1 (~33%); the bar is the issue's.
     assert many <= 1.10 * one, json.dumps({"epochs_1_kb": one, "epochs_200_kb": many})
+
+
+def test_the_input_benchmark_reads_the_stream_to_its_end():
+    """bench/input_pipeline.py's LoopReader reads as the loop does: every epoch's batches,
+    then the end. It used to call next() on the exhausted stream's None (TypeError), so
+    the M6 figure could not run."""
+    from bench.input_pipeline import LoopReader
+    reader = LoopReader(_stream(_Epochs(), 2), per_epoch=4)
+    assert [int(b) for b in reader] == [0, 1, 2, 3, 100, 101, 102, 103]
