@@ -77,6 +77,7 @@ def kept(label: str) -> dict:
 
 # Block name in the doc -> its table, from the kept results it names.
 BLOCKS = {
+    "m6-input": lambda: doc_tables.m6_input(kept("m6_input")),
     "xla": lambda: doc_tables.xla(kept("xla")),
     "epochs-memory": lambda: doc_tables.epochs_memory(kept("epochs_memory")),
 }
