@@ -14,10 +14,13 @@ joins epochs until it holds GROUP_STEPS steps or GROUP_BYTES of batches, whichev
 comes first (group_size), so long epochs still go one at a time and small ones are
 joined.
 
-Why ahead, on a helper thread: built while the current group trains, with warm start
-(its prefetch starts when the iterator is made, not at its first batch), the seam finds
-the next group's first batches ready, and no rank stalls the others' first allreduce
-with its set-up.
+Why ahead: the next group is made at the seam before its own, with warm start (its
+prefetch starts when the iterator is made, not at its first batch), so its buffers fill
+while the current group trains and its seam finds the first batches ready. It is made
+on the thread that reads the stream, not a helper thread: an iterator made on a helper
+thread and read on the loop's delivered 0.2-0.4x the batches per second (digits as 4
+TFRecords, M6 in docs/benchmarks.md); making one costs the loop a few milliseconds once
+a group, on every rank at the same seam.
 
 The loop walks the epochs itself (`current`, then `advance()` at each epoch's end): it
 knows where an epoch ends (steps per epoch, the same on every rank), and its compiled
@@ -44,14 +47,12 @@ class EpochStream:
     the last. `make(start, stop)` builds one iterator over epochs [start, stop); the
     first holds `first_group` epochs (all of them for a lazily built source), and
     `group(iterator)` (the first's batch size known then) says how many epochs each
-    later one holds. Every make but the first runs on a helper thread, and its errors
-    are raised by advance(), at that seam."""
+    later one holds. Each later group is made one seam early, and an error making it is
+    raised by advance() at its own seam, where it would have been needed."""
 
     def __init__(self, make, first: int, end: int, group, first_group: int = 1):
         self._make, self._end = make, end
         self.epoch = first
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="horovod_train-next-epochs")
         self._stop = min(end, first + max(1, first_group))  # the epoch after current's last
         self.current = make(first, self._stop) if first < end else None
         self._group = group(self.current) if self._stop < end else 1
@@ -61,12 +62,16 @@ class EpochStream:
         if start >= self._end:
             return None
         stop = min(self._end, start + self._group)
-        return stop, self._pool.submit(self._make, start, stop)
+        made = concurrent.futures.Future()  # holds the iterator, or the error for advance()
+        try:
+            made.set_result(self._make(start, stop))
+        except Exception as err:  # noqa: BLE001 - re-raised unchanged at its seam
+            made.set_exception(err)
+        return stop, made
 
     def advance(self):
         """The current epoch is done. Within a group the same iterator reads on; at its
-        end the group built ahead becomes current (waiting for its build if it is not
-        ready yet), and the one after starts building."""
+        end the group made ahead becomes current, and the one after is made."""
         self.epoch += 1
         if self.epoch < self._stop:
             return
@@ -85,9 +90,6 @@ class EpochStream:
 
     def close(self):
         """Drops the group built ahead (an elastic reset, or the end of training)."""
-        if self._ahead is not None:
-            self._ahead[1].cancel()
-        self._pool.shutdown(wait=False)
         self.current = self._ahead = None
 
     def __enter__(self):
