@@ -67,5 +67,13 @@ def wire_name(compression) -> str | None:
     return getattr(compression, "wire", None)
 
 
+def around(compressor, tensors, reduce) -> list:
+    """reduce(list) -> list applied to a user's Compressor's compressed tensors, each
+    result decompressed with its own context (the names above travel as a cast instead)."""
+    tensors = list(tensors)
+    sent, ctxs = zip(*[compressor.compress(t) for t in tensors]) if tensors else ((), ())
+    return [compressor.decompress(r, c) for r, c in zip(reduce(list(sent)), ctxs)]
+
+
 def by_name(name: str):
     return {"none": NoneCompressor, "fp16": FP16Compressor, "bf16": BF16Compressor}[name]

@@ -153,9 +153,8 @@ def _compressed_allreduce(ops, tensors, op, compression, prescale, postscale):
     wire = comp.wire_name(compression)
     if wire:  # Compression.fp16/bf16: the communicator casts for the trip
         return ops.grouped_allreduce(tensors, op, prescale, postscale, compression=wire)
-    sent, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = ops.grouped_allreduce(list(sent), op, prescale, postscale)
-    return [compression.decompress(r, c) for r, c in zip(reduced, ctxs)]
+    return comp.around(compression, tensors,
+                       lambda sent: ops.grouped_allreduce(sent, op, prescale, postscale))
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,

@@ -74,9 +74,8 @@ def gradient_mean(backend, opts: ReductionOptions):
             return backend.allreduce_gradients(tensors)
         if opts.wire is not None:
             return backend.allreduce_gradients(tensors, compression=opts.wire)
-        sent, ctxs = zip(*[opts.compressor.compress(t) for t in tensors])
-        reduced = backend.allreduce_gradients(list(sent), compression="none")
-        return [opts.compressor.decompress(r, c) for r, c in zip(reduced, ctxs)]
+        return comp.around(opts.compressor, tensors,
+                           lambda sent: backend.allreduce_gradients(sent, compression="none"))
     return reduce
 
 
