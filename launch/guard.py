@@ -7,8 +7,10 @@ with a pipe on its stdin, and writes one line per event:
     exited PGID   that child has ended and was reaped (its id may be reused)
     done          every child has ended: nothing to do
 EOF without 'done' means the launcher died. Then the guard sends SIGTERM to every live
-group (horovodrun, mpirun and our ranks stop in order, a checkpoint included), waits
-GRACE_S, and SIGKILLs what is left.
+group and to every process below them that lives in another group (horovodrun, mpirun
+and our ranks stop in order, a checkpoint included), waits GRACE_S, and SIGKILLs what
+is left. Without the second part a horovodrun job outlived the guard by Horovod's own
+two 5 s graces (its rank launchers setsid, so the guard's signals never reached them).
 
 Each child also gets PR_SET_PDEATHSIG (SIGTERM) from the kernel, which works even if
 the guard is killed too. The guard covers what that cannot: a child's own children
@@ -39,40 +41,71 @@ def read_orders(lines) -> tuple[set[int], bool]:
     return groups, False
 
 
-def live_members(pgid: int, proc: str = "/proc") -> list[int]:
-    """Processes of group `pgid` that still run (zombies excluded: an orphan's zombie
-    may wait long for init, and a signal cannot end it anyway)."""
-    members = []
+def process_table(proc: str = "/proc") -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process that still runs (zombies
+    excluded: an orphan's zombie may wait long for init, and a signal cannot end it)."""
+    table = {}
     for pid in filter(str.isdigit, os.listdir(proc)):
         try:
             with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as handle:
                 fields = handle.read().rpartition(")")[2].split()  # after the command name
         except OSError:
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            members.append(int(pid))
-    return members
+            continue  # ended between the listing and the read
+        if len(fields) > 2 and fields[0] != "Z":
+            table[int(pid)] = (int(fields[1]), int(fields[2]))
+    return table
 
 
-def _signal_groups(groups, sig) -> None:
-    for pgid in groups:
-        try:
-            os.killpg(pgid, sig)
-        except OSError:
-            pass  # the group has ended meanwhile
+def live_members(pgid: int, proc: str = "/proc", table=None) -> list[int]:
+    """Processes of group `pgid` that still run."""
+    table = process_table(proc) if table is None else table
+    return sorted(pid for pid, (_, group) in table.items() if group == pgid)
 
 
-def sweep(groups, grace_s: float = GRACE_S, members=live_members, clock=time.monotonic,
+def strays(groups, table) -> set[int]:
+    """Descendants of the groups' members that live outside those groups. horovodrun's
+    rank launchers call setsid, so a signal to horovodrun's group never reaches them or
+    the ranks under them, and once horovodrun is gone nothing links them to it: they
+    are found while the tree is whole, and signalled one by one."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    todo = [pid for pid, (_, group) in table.items() if group in groups]
+    found: set[int] = set()
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return {pid for pid in found if table[pid][1] not in groups}
+
+
+def _signal(groups, pids, sig) -> None:
+    for send, ids in ((os.killpg, groups), (os.kill, pids)):
+        for target in ids:
+            try:
+                send(target, sig)
+            except OSError:
+                pass  # it has ended meanwhile
+
+
+def sweep(groups, grace_s: float = GRACE_S, table=process_table, clock=time.monotonic,
           sleep=time.sleep) -> set[int]:
-    """SIGTERM every group that still runs, SIGKILL those left after grace_s; returns
-    the groups that had to be SIGKILLed."""
-    alive = {pgid for pgid in groups if members(pgid)}
-    _signal_groups(alive, signal.SIGTERM)
+    """SIGTERM every group that still runs and every stray below it, SIGKILL what is
+    left after grace_s; returns the groups that had to be SIGKILLed."""
+    snapshot = table()
+    alive = {pgid for pgid in groups if live_members(pgid, table=snapshot)}
+    stray = strays(alive, snapshot)
+    _signal(alive, stray, signal.SIGTERM)
     deadline = clock() + grace_s
-    while alive and clock() < deadline:
+    while (alive or stray) and clock() < deadline:
         sleep(POLL_S)
-        alive = {pgid for pgid in alive if members(pgid)}
-    _signal_groups(alive, signal.SIGKILL)
+        snapshot = table()
+        new = strays(alive, snapshot) - stray  # started since: a late rank launcher
+        _signal((), new, signal.SIGTERM)
+        stray = {pid for pid in stray | new if pid in snapshot}
+        alive = {pgid for pgid in alive if live_members(pgid, table=snapshot)}
+    _signal(alive, stray, signal.SIGKILL)
     return alive
 
 

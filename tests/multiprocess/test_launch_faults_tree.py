@@ -14,7 +14,7 @@ from ranks import kill_tree, process_tree, still_running
 
 TRAINING = [sys.executable, "-m", "horovod_train", "--epochs=1000", "--max_steps=1000000",
             "--log_every=5", "--eval_every_epochs=0"]
-BOUND_S = 12  # ~10 s: the guard's 5 s grace, then horovodrun's own 5 s for its ranks
+BOUND_S = 12  # the guard SIGKILLs every process of the tree ~5 s after the launcher died
 
 
 def _ranks(tree) -> list[int]:

@@ -190,6 +190,12 @@ def test_a_lasting_outgoing_connection_is_named_when_the_time_is_up():
 SHELL_AND_GRANDCHILD = ["sh", "-c", "sleep 600; true"]
 IGNORES_SIGTERM = [sys.executable, "-c", "import signal, time; "
                    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"]
+# The shape of horovodrun: it outlives SIGTERM while it waits for its rank launchers,
+# which call setsid, so no signal to horovodrun's group reaches them or their ranks.
+CHILD_IN_OWN_SESSION = [sys.executable, "-c", "import signal, subprocess, sys, time; "
+                        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                        "subprocess.Popen(sys.argv[1:], start_new_session=True); time.sleep(600)",
+                        *IGNORES_SIGTERM]
 
 
 def wait_for_tree(root: int, size: int, timeout: float = 20) -> dict[int, int]:
@@ -204,8 +210,9 @@ def wait_for_tree(root: int, size: int, timeout: float = 20) -> dict[int, int]:
     raise AssertionError(f"the launcher's tree never reached {size} processes: {tree}")
 
 
-@pytest.mark.parametrize("command, size", [(SHELL_AND_GRANDCHILD, 5), (IGNORES_SIGTERM, 3)],
-                         ids=["shell-and-grandchild", "ignores-sigterm"])
+@pytest.mark.parametrize("command, size", [(SHELL_AND_GRANDCHILD, 5), (IGNORES_SIGTERM, 3),
+                                           (CHILD_IN_OWN_SESSION, 5)],
+                         ids=["shell-and-grandchild", "ignores-sigterm", "child-in-own-session"])
 def test_sigkilled_launcher_takes_its_whole_tree_with_it(command, size):
     """Item 6: every child and grandchild of `python -m launch run` kept running."""
     from helpers import ROOT, child_env
@@ -251,14 +258,29 @@ def test_guard_lists_a_groups_live_members_skipping_zombies_and_the_vanished(tmp
 def test_guard_sweep_terms_then_kills_only_what_is_left(monkeypatch):
     from launch import guard
     sent = []
-    monkeypatch.setattr(guard.os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    monkeypatch.setattr(guard.os, "killpg", lambda pgid, sig: sent.append(("group", pgid, sig)))
+    monkeypatch.setattr(guard.os, "kill", lambda pid, sig: sent.append(("pid", pid, sig)))
     now = [0.0]
-    members = {1: [1], 2: [2, 3], 3: []}  # group 3 has already ended
+    # pid -> (parent, group). Group 1 obeys SIGTERM; group 2 ignores it; group 3 has
+    # ended. Pid 3 (group 2) started pid 30 in a session of its own, which started 31:
+    # strays, signalled one by one. Pid 40 is unrelated and is never touched.
+    table = {1: (0, 1), 2: (0, 2), 3: (2, 2), 30: (3, 30), 31: (30, 30), 40: (0, 40)}
 
     def sleep(seconds):
         now[0] += seconds
-        members[1] = []  # group 1 obeys SIGTERM; group 2 ignores it
-    killed = guard.sweep([1, 2, 3], grace_s=1.0, members=lambda g: members[g],
+        table.pop(1, None)
+        table.pop(31, None)  # a stray that obeys SIGTERM
+    killed = guard.sweep([1, 2, 3], grace_s=1.0, table=lambda: dict(table),
                          clock=lambda: now[0], sleep=sleep)
     assert killed == {2}
-    assert sorted(sent) == [(1, signal.SIGTERM), (2, signal.SIGKILL), (2, signal.SIGTERM)]
+    assert sorted(sent) == sorted([("group", 1, signal.SIGTERM), ("group", 2, signal.SIGTERM),
+                                   ("pid", 30, signal.SIGTERM), ("pid", 31, signal.SIGTERM),
+                                   ("group", 2, signal.SIGKILL), ("pid", 30, signal.SIGKILL)])
+
+
+def test_guard_strays_are_descendants_outside_the_guarded_groups():
+    from launch import guard
+    table = {5: (1, 5), 6: (5, 5), 7: (6, 7), 8: (7, 7), 9: (1, 9)}
+    assert guard.strays({5}, table) == {7, 8}
+    assert guard.strays({5, 7}, table) == set()
+    assert guard.strays(set(), table) == set()
