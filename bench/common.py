@@ -111,14 +111,15 @@ def free_port_base(width: int = 2) -> int:
 def json_lines(text: str) -> list:
     """Every JSON object a child printed on a line of its own, launcher prefixes such
     as '[1,0]<stdout>:' allowed: the children's results."""
-    out = []
+    out, decoder = [], json.JSONDecoder()
     for line in text.splitlines():
         start = line.find("{")
-        if start >= 0 and line.rstrip().endswith("}"):
-            try:
-                out.append(json.loads(line[start:]))
-            except ValueError:
-                continue
+        if start < 0:
+            continue
+        try:  # mpirun may append the next line's tag after the object: ignore the rest
+            out.append(decoder.raw_decode(line[start:])[0])
+        except ValueError:
+            continue
     if not out:
         raise BenchError(f"no JSON result line in the child's output:\n{text[-2000:]}")
     return out
