@@ -113,13 +113,16 @@ def json_lines(text: str) -> list:
     as '[1,0]<stdout>:' allowed: the children's results."""
     out, decoder = [], json.JSONDecoder()
     for line in text.splitlines():
+        # mpirun may glue the next rank's tagged line after an object: read them all.
         start = line.find("{")
-        if start < 0:
-            continue
-        try:  # mpirun may append the next line's tag after the object: ignore the rest
-            out.append(decoder.raw_decode(line[start:])[0])
-        except ValueError:
-            continue
+        while start >= 0:
+            try:
+                found, end = decoder.raw_decode(line, start)
+            except ValueError:
+                start = line.find("{", start + 1)
+                continue
+            out.append(found)
+            start = line.find("{", end)
     if not out:
         raise BenchError(f"no JSON result line in the child's output:\n{text[-2000:]}")
     return out
