@@ -138,3 +138,30 @@ def test_a_call_before_init_says_to_call_init():
         y = x * x
     with pytest.raises(UsageError, match=r"before hvd.init\(\)"):
         hvd.DistributedGradientTape(tape).gradient(y, [x])
+
+
+def test_elastic_state_of_a_tape_loop_commits_and_restores(joined):
+    model, x, y = _model(), tf.random.uniform([8, 4], seed=1), tf.random.uniform([8, 1], seed=2)
+    opt = keras.optimizers.SGD(0.1)
+    state = hvd.elastic.TensorFlowKerasState(model, opt, batch=0)
+
+    @hvd.elastic.run
+    def train(state):
+        for state.batch in range(state.batch, 3):
+            with tf.GradientTape() as tape:
+                loss = _loss(model, x, y)
+            grads = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            state.commit()
+        return state.batch
+    assert train(state) == 2 and int(opt.iterations) == 3
+    committed = [w.copy() for w in model.get_weights()]
+    model.layers[0].kernel.assign(tf.zeros_like(model.layers[0].kernel))
+    state.restore()
+    for a, b in zip(committed, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    variables = hvd.elastic.TensorFlowState([tf.Variable(2.0)], epoch=1)
+    variables.variables[0].assign(5.0)
+    variables.epoch = 4
+    variables.restore()
+    assert (float(variables.variables[0]), variables.epoch) == (2.0, 1)
