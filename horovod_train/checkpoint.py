@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import zipfile
 
 import numpy as np
@@ -30,6 +31,7 @@ from horovod_train import filemode
 from horovod_train.checkpoint_format import (FORMAT, check_format, check_names, check_shapes,
                                              is_positional, state_names, stored_keys,
                                              write_arrays)
+from horovod_train.config import injected_delay
 from horovod_train.errors import UsageError
 from horovod_train.writer_lock import (ForeignWriter, acquire_writer_lock, foreign_writer,
                                        release_writer_lock)
@@ -254,8 +256,9 @@ class Checkpointer:
     through an allreduce, so no rank waits in a collective for a decision it missed."""
 
     def __init__(self, config, backend, variables, steps_per_epoch: int,
-                 data_facts: dict | None = None):
+                 data_facts: dict | None = None, heartbeat=None):
         self.config, self.backend, self.variables = config, backend, variables
+        self.heartbeat = heartbeat  # after each round of a write (rounds.py)
         train = config.train
         self.directory, self.keep = train.checkpoint_dir, train.keep_checkpoints
         self.every = train.checkpoint_interval(steps_per_epoch)
@@ -319,15 +322,23 @@ class Checkpointer:
     def maybe_save(self, step: int, last: bool = False):
         if not self.directory or not (last or (self.every and step % self.every == 0)):
             return
-        error = None
-        if self.backend.info.is_chief:
+        def write():
+            time.sleep(injected_delay(self.config.runtime.delays(), "checkpoint", 0))
             try:
                 self._hold_lock()
                 path = save(self.directory, step, self.variables, self.config, self.keep,
                             self.facts)
                 logging.info("checkpoint | wrote %s", path)
             except UsageError as err:
-                error = err
+                return err
+            return None
+        # The chief writes while every rank joins rounds (rounds.py): a write longer
+        # than the watchdog's bound is not a stalled chief to the others.
+        from horovod_train import rounds
+        error = rounds.in_rounds(
+            self.backend, write if self.backend.info.is_chief else None,
+            rounds.round_seconds(self.config.runtime.collective_timeout_s),
+            lambda *_: self.heartbeat and self.heartbeat())
         (failed,) = self._agree([1 if error else 0])
         if failed:
             raise error or UsageError("--checkpoint_dir: the chief could not write a checkpoint; "

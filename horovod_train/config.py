@@ -18,6 +18,8 @@ from launch import contract
 # Gradient buckets (backends/buckets.py): a few per ResNet-18 (44 MiB of gradients), so
 # the first ones travel while backprop runs; small models fit in one.
 DEFAULT_BUCKET_MB = 4.0
+# Where --inject_delay can slow a rank: the phases without collectives in them.
+DELAY_PHASES = ("eval", "checkpoint")
 
 
 def option(default, help: str, *, choices: tuple | None = None):  # noqa: A002 - absl's word
@@ -82,6 +84,25 @@ class SpeedConfig:
             raise usage_error("--inject_nonfinite", self.inject_nonfinite, "STEP@RANK, e.g. 5@1",
                               "pass --inject_nonfinite=5@1 or leave it empty")
         return int(step), int(rank)
+
+
+def _parse_delay(item: str) -> tuple:
+    phase, _, rest = item.partition(":")
+    seconds, _, rank = rest.partition("@")
+    try:
+        parsed = (phase, float(seconds), int(rank))
+    except ValueError:
+        parsed = None
+    if parsed is None or phase not in DELAY_PHASES or not 0 <= parsed[1] < 3600:
+        raise usage_error("--inject_delay", item,
+                          f"PHASE:SECONDS@RANK with PHASE one of {', '.join(DELAY_PHASES)}, "
+                          f"e.g. eval:20@1", "pass --inject_delay=eval:20@1 or leave it empty")
+    return parsed
+
+
+def injected_delay(delays, phase: str, rank: int) -> float:
+    """Seconds --inject_delay adds to `phase` on `rank`."""
+    return sum(seconds for p, seconds, r in delays if (p, r) == (phase, rank))
 
 
 def resolve_jit_compile(requested: str, visible_gpus: int, deterministic: bool = False) -> bool:
@@ -216,8 +237,10 @@ class RuntimeConfig:
     collective: str = option("auto", "mwms collectives (CommunicationImplementation): ring "
                              "(gRPC, CPUs) or nccl (GPUs).", choices=contract.COLLECTIVES)
     collective_timeout_s: float = option(
-        300.0, "Seconds a rank waits for its peers (a step, an evaluation, the chief's "
-        "checkpoint write) before it ends the run instead of hanging (exit 75).")
+        300.0, "Seconds a rank waits for its peers in one collective before it ends the run "
+        "instead of hanging (exit 75). An evaluation or the chief's checkpoint write may "
+        "take longer: they run in rounds, each a collective. One process has no peers and "
+        "no such bound.")
     stop_grace_s: float = option(
         60.0, "On SIGTERM every rank stops at the next step boundary and the chief writes a "
         "checkpoint (exit 143); after this many seconds without one, the rank ends anyway.")
@@ -233,13 +256,16 @@ class RuntimeConfig:
                            "--host-discovery-script; ranks may leave and join.")
     elastic_commit_every: int = option(10, "Steps between elastic commits; at most this many "
                                        "are redone on a loss.")
+    inject_delay: str = option("", "Fault injection: PHASE:SECONDS@RANK[,...] makes that "
+                               f"rank's PHASE ({' or '.join(DELAY_PHASES)}) take SECONDS "
+                               "longer, each time it runs.")
 
     def __post_init__(self):
         check_field_choices(self)
         # nan or inf would turn every bound on a stuck peer into "wait forever".
         check_positive("--collective_timeout_s", self.collective_timeout_s,
-                       "pass --collective_timeout_s=300 (seconds; above your longest "
-                       "evaluation or checkpoint write)")
+                       "pass --collective_timeout_s=300 (seconds a rank may wait for a "
+                       "peer in one collective)")
         # numpy (keras.utils.set_random_seed) takes seeds in 0..2**32-1 only.
         check_range("--seed", self.seed, 0, 2 ** 32 - 1, expected="an integer in 0..4294967295",
                     fix="pass --seed=42")
@@ -257,6 +283,7 @@ class RuntimeConfig:
                               f"--backend={' or '.join(contract.ELASTIC_BACKENDS)} (elastic "
                               f"training is Horovod's)",
                               f"drop --elastic, or pass --backend={contract.ELASTIC_BACKENDS[0]}")
+        self.delays()  # validates
         if not 1024 <= self.mwms_port_base <= 65000:
             raise usage_error("--mwms_port_base", self.mwms_port_base, "a port in 1024..65000",
                               f"pass --mwms_port_base={contract.DEFAULT_MWMS_PORT_BASE}")
@@ -264,6 +291,10 @@ class RuntimeConfig:
             if getattr(self, name) < 0:
                 raise usage_error(f"--{name}", getattr(self, name), "0 (automatic) or a positive count",
                                   f"pass --{name}=0")
+
+    def delays(self) -> tuple:
+        """((phase, seconds, rank), ...) of --inject_delay."""
+        return tuple(_parse_delay(item) for item in self.inject_delay.split(",") if item)
 
 
 @dataclasses.dataclass(frozen=True)

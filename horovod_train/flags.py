@@ -138,7 +138,7 @@ _FIELD_GROUPS = {
     **dict.fromkeys(("checkpoint_dir", "checkpoint_every", "keep_checkpoints",
                      "divergence_check_steps", "max_nonfinite_steps", "inject_nonfinite",
                      "collective_timeout_s", "stop_grace_s", "elastic",
-                     "elastic_commit_every"), "faults"),
+                     "elastic_commit_every", "inject_delay"), "faults"),
 }
 
 

@@ -63,14 +63,16 @@ def _model_for(config, data):
             f"(python scripts/model_table.py lists each model's input)") from None
 
 
-def _keeper(config, backend, data, state, grid):
-    """The state keeper: elastic in-memory commits, or the checkpointer."""
+def _keeper(config, backend, data, state, grid, heartbeat=None):
+    """The state keeper: elastic in-memory commits, or the checkpointer (`heartbeat`
+    after each round of the chief's write: the watchdog's, rounds.py)."""
     if config.runtime.elastic:
         from horovod_train import elastic
         return elastic.keeper(backend, state, config.runtime.elastic_commit_every)
     checkpointer = checkpoint.Checkpointer(
         config, backend, state, grid.per_epoch,
-        data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes})
+        data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes},
+        heartbeat=heartbeat)
     return CheckpointKeeper(checkpointer, grid)
 
 
@@ -218,8 +220,10 @@ def run(config) -> dict:
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
                       grid, observer,
                       learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch))
-    trainer.watchdog.start()  # bounds the checkpointer's waits on peers too
-    keeper = _keeper(config, backend, data, trainer.training_state(), grid)
+    if info.size > 1:  # bounds the checkpointer's waits on peers too
+        trainer.watchdog.start()
+    keeper = _keeper(config, backend, data, trainer.training_state(), grid,
+                     heartbeat=trainer.watchdog.alive)
     record, facts = _train(trainer, keeper)
     summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts)
     trainer.watchdog.stop()

@@ -30,6 +30,7 @@ class TrainerOptions:
     instrument: bool
     collective_timeout_s: float
     stop_grace_s: float
+    inject_delay: tuple  # ((phase, seconds, rank), ...): fault injection for tests
 
     @classmethod
     def from_config(cls, config, jit_compile: bool) -> "TrainerOptions":
@@ -44,7 +45,8 @@ class TrainerOptions:
             divergence_check_steps=train.divergence_check_steps, seed=runtime.seed,
             data_threads=config.data.data_threads, deterministic=runtime.deterministic,
             instrument=config.observe.instrument,
-            collective_timeout_s=runtime.collective_timeout_s, stop_grace_s=runtime.stop_grace_s)
+            collective_timeout_s=runtime.collective_timeout_s, stop_grace_s=runtime.stop_grace_s,
+            inject_delay=runtime.delays())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,9 +4,11 @@ A collective waits for every rank. Launchers end the job when a rank *dies* unde
 them (horovodrun and mpirun within about a second), but not when a rank is stalled
 (stopped, swapping, wedged in I/O), nor when the ranks were started independently
 (TF_CONFIG workers, srun without --kill-on-bad-exit). Then the survivors would wait
-forever inside an allreduce. This thread ends the process instead once no training
-step has finished for the timeout, with a line that says what happened and how to
-resume, and an exit code a supervisor can treat as "retry": 75 (EX_TEMPFAIL).
+forever inside an allreduce. This thread ends the process instead once no collective
+with the peers (a training step, or a round of a phase without steps: rounds.py) has
+finished for the timeout, with a line that says what happened and how to resume, and
+an exit code a supervisor can treat as "retry": 75 (EX_TEMPFAIL). A process alone has
+no peer to wait for, and runs no watchdog (loop.py).
 
 It is a thread, not a signal alarm, because the main thread is blocked inside a
 C++ collective that does not return to Python to handle a signal.
@@ -50,6 +52,12 @@ class StepWatchdog:
         with self._lock:
             self._last_beat, self._last_step, self._armed = self._clock(), step, True
 
+    def alive(self):
+        """A collective of a phase without steps finished (rounds.py): the peers were
+        there for it. Keeps the watchdog as it was (armed or not), with a new clock."""
+        with self._lock:
+            self._last_beat = self._clock()
+
     def disarm(self):
         """For phases that may legitimately take long without steps (final evaluation)."""
         with self._lock:
@@ -65,10 +73,11 @@ class StepWatchdog:
             return self._armed and self._clock() - self._last_beat > self.timeout_s
 
     def message(self) -> str:
-        return (f"rank {self.rank}: no training step finished for {self.timeout_s:g} s "
-                f"(--collective_timeout_s) after step {self._last_step}; a peer rank has died "
-                f"or stalled, so this rank ends instead of waiting forever. Relaunch with the "
-                f"same flags to resume from the newest checkpoint in --checkpoint_dir")
+        return (f"rank {self.rank}: no collective with the peers finished for "
+                f"{self.timeout_s:g} s (--collective_timeout_s) after step {self._last_step}; "
+                f"a peer rank has died or stalled, so this rank ends instead of waiting "
+                f"forever. Relaunch with the same flags to resume from the newest checkpoint "
+                f"in --checkpoint_dir")
 
     def _watch(self):
         # Poll a few times per timeout: the bound is timeout_s plus one poll.

@@ -120,7 +120,7 @@ def test_stalled_rank_is_bounded_by_the_watchdog(tmp_path):
         os.kill(pid, signal.SIGKILL) if os.path.exists(f"/proc/{pid}") else None
     ended_s = time.monotonic() - t_stop
     assert proc.returncode != 0
-    assert re.search(rf"rank 0: no training step finished for {timeout_s} s .* after step \d+",
+    assert re.search(rf"rank 0: no collective with the peers finished for {timeout_s} s .* after step \d+",
                      out), \
         out[-4000:]
     assert "Process 0 exit with status code 75" in out

@@ -27,6 +27,9 @@ from horovod_train.errors import UsageError
     (lambda: cfg.SpeedConfig(precision="fp8"), ["--precision", "mixed_bfloat16"]),
     (lambda: cfg.ObserveConfig(progress="tty"), ["--progress", "auto, bar, lines"]),
     (lambda: cfg.SpeedConfig(inject_nonfinite="5x1"), ["--inject_nonfinite", "'5x1'", "STEP@RANK"]),
+    (lambda: cfg.RuntimeConfig(inject_delay="eval:2@1,save:1@0"),
+     ["--inject_delay", "'save:1@0'", "PHASE one of eval, checkpoint"]),
+    (lambda: cfg.RuntimeConfig(inject_delay="eval:nan@1"), ["--inject_delay", "'eval:nan@1'"]),
     (lambda: cfg.DataConfig(data_threads=-1), ["--data_threads", "received -1", "autotune"]),
     (lambda: cfg.TrainConfig(eval_every_epochs=-1), ["--eval_every_epochs", "received -1"]),
     (lambda: cfg.RuntimeConfig(elastic=True, backend="mwms"),
@@ -152,3 +155,10 @@ def test_check_positive_refuses_nan_and_inf_for_every_caller():
             check_positive("--x", bad)
     check_positive("--x", 1e-9)
     check_positive("--x", 3)
+
+
+def test_inject_delay_adds_up_per_phase_and_rank():
+    delays = cfg.RuntimeConfig(inject_delay="eval:2@1,checkpoint:3@0,eval:1.5@1").delays()
+    assert delays == (("eval", 2.0, 1), ("checkpoint", 3.0, 0), ("eval", 1.5, 1))
+    assert cfg.injected_delay(delays, "eval", 1) == 3.5
+    assert cfg.injected_delay(delays, "eval", 0) == 0 == cfg.injected_delay((), "eval", 1)

@@ -38,6 +38,21 @@ def test_each_beat_restarts_the_window_and_disarm_stops_it():
     assert not dog.expired()
 
 
+def test_a_round_of_a_phase_without_steps_restarts_the_window_but_arms_nothing():
+    clock = Clock()
+    dog = StepWatchdog(10, rank=0, clock=clock)
+    dog.alive()  # a round before the first step (a checkpoint restore's): still unarmed
+    clock.now += 100
+    assert not dog.expired()
+    dog.beat(3)
+    for _ in range(5):  # an evaluation's rounds, each within the bound
+        clock.now += 8
+        dog.alive()
+        assert not dog.expired()
+    clock.now += 10.5
+    assert dog.expired() and "after step 3" in dog.message()
+
+
 def test_the_thread_calls_on_expire_once():
     fired = []
     done = threading.Event()
