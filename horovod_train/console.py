@@ -7,8 +7,10 @@ TF is imported (once per native library it loads, and its CUDA probe). So the im
 runs inside startup_filter(): fd 2 goes through a filter process that drops the lines
 in STARTUP_NOISE and passes every other line on, a real error included.
 
-HOROVOD_TRAIN_VERBOSE=1 turns both off: the start-up lines are shown, and our lines
-carry absl's `I1201 18:04:48.730183 1396... loop.py:183]` prefix again.
+TensorFlow's later C++ INFO lines (a TFRecord reader's buffer-size notice) are hidden by
+TF_CPP_MIN_LOG_LEVEL=1, set unless the user set it. HOROVOD_TRAIN_VERBOSE=1 turns all of
+this off: the start-up and INFO lines are shown, and our lines carry absl's
+`I1201 18:04:48.730183 1396... loop.py:183]` prefix again.
 
 `python -m horovod_train.console` is the same filter on stdin -> stderr, for a
 launcher's own start-up lines: horovodrun's build check imports TF in horovodrun's own
@@ -24,6 +26,7 @@ import subprocess
 import sys
 
 VERBOSE_ENV = "HOROVOD_TRAIN_VERBOSE"
+TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"  # TensorFlow's C++ log threshold (1: no INFO)
 # The NVIDIA kernel driver's own file: present on a host whose GPUs the driver runs.
 NVIDIA_DRIVER = "/proc/driver/nvidia/version"
 FILTER_EXIT_WAIT_S = 10.0  # the filter drains its pipe in milliseconds; never hang on it
@@ -100,6 +103,10 @@ def startup_filter(environ=None):
     if verbose(environ):
         yield
         return
+    # TF's C++ INFO lines once logging is set up (a TFRecord reader's "The default
+    # buffer size is 262144, which is overridden ..." at every run): hidden from here
+    # on unless the user chose a level. Warnings and errors still show.
+    os.environ.setdefault(TF_LOG_LEVEL_ENV, "1")
     proc, saved = _start_filter()
     if proc is None:  # no stderr to guard, or no way to start the filter: show everything
         yield

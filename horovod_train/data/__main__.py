@@ -8,6 +8,7 @@ Bad input exits with code 2 and one line on stderr (received / expected / Fix).
 import argparse
 import sys
 
+from horovod_train import console
 from horovod_train.errors import UsageError
 from launch.argv import normalize_flag_names
 
@@ -83,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
+        # TF's C++ start-up lines (console.STARTUP_NOISE) come out while TF loads.
+        with console.startup_filter():
+            import tensorflow as tf  # loaded here, inside the filter, with its CUDA probe
+            tf.config.list_physical_devices("GPU")
         _convert(args) if args.command == "convert" else _verify(args)
     except UsageError as err:
         print(f"horovod_train.data: error: {err}", file=sys.stderr)
