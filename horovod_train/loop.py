@@ -209,7 +209,7 @@ def run(config) -> dict:
     console.use_plain_lines()
     backend, jit = _setup(config, env.launch_info())
     info = backend.info
-    data = data_lib.load(config.data)
+    data = data_lib.load(config.data, peers=backend.comm)  # verification split across ranks
     grid = _plan_grid(config, data.num_train_examples, info.size)
     model, optimizer = _build(config, backend, data, grid.per_epoch)
     observer = observe.create(config, info.is_chief, info.size, grid.total, {

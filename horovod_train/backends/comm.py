@@ -13,7 +13,9 @@ dimension). `compression` ("none", "fp16", "bf16": contract.COMPRESSIONS) is the
 floating tensors travel in; they come back in their own.
 """
 import enum
+import pickle
 
+import numpy as np
 import tensorflow as tf
 
 from horovod_train.errors import UsageError
@@ -148,6 +150,28 @@ class Communicator:
         self.check_root(root_rank)
         return [tf.convert_to_tensor(t) for t in tensors]
 
+    def broadcast_object(self, obj, root_rank: int = 0):
+        """A picklable object from root_rank, on every rank (eagerly)."""
+        self.check_root(root_rank)
+        if self.info.size == 1:
+            return obj
+        mine = self.info.rank == root_rank
+        payload = _pickled(obj) if mine else np.zeros(0, np.uint8)
+        length = int(self.broadcast(tf.constant([payload.size], tf.int64), root_rank)[0])
+        payload = payload if mine else np.zeros(length, np.uint8)
+        data = self.broadcast(tf.constant(payload), root_rank).numpy()
+        return obj if mine else pickle.loads(data.tobytes())
+
+    def allgather_object(self, obj) -> list:
+        """Every rank's picklable object, as a list in rank order (eagerly)."""
+        if self.info.size == 1:
+            return [obj]
+        payload = _pickled(obj)
+        lengths = self.allgather(tf.constant([payload.size], tf.int64)).numpy()
+        data = self.allgather(tf.constant(payload)).numpy()
+        bounds = np.cumsum([0, *lengths])
+        return [pickle.loads(data[a:b].tobytes()) for a, b in zip(bounds[:-1], bounds[1:])]
+
     def check_root(self, root_rank):
         if not isinstance(root_rank, int) or not 0 <= root_rank < self.info.size:
             raise UsageError(f"root_rank: received {root_rank!r}; expected a rank from 0 to "
@@ -184,6 +208,10 @@ class Communicator:
 
     def stop_timeline(self):
         raise self.unsupported("stop_timeline", TIMELINE_FIX)
+
+
+def _pickled(obj) -> np.ndarray:
+    return np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
 
 
 def even_splits(tensor, size: int):

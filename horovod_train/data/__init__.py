@@ -27,6 +27,8 @@ def available_datasets() -> list[str]:
     return sorted(_SOURCES)
 
 
-def load(data_config):
+def load(data_config, peers=None):
+    """The source of --dataset. `peers` (the backend's Communicator, None alone) lets
+    a source that verifies files split that work across the ranks (tfrecord)."""
     module_name, fn_name = _SOURCES[data_config.dataset].split(":")
-    return getattr(importlib.import_module(module_name), fn_name)(data_config)
+    return getattr(importlib.import_module(module_name), fn_name)(data_config, peers=peers)

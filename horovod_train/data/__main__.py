@@ -64,11 +64,14 @@ def _verify(args) -> None:
     from horovod_train import config as cfg
     from horovod_train import data
     from horovod_train.data import schema as schema_lib
+    from horovod_train.data import verdicts
     meta_path = os.path.join(args.data_dir, schema_lib.METADATA)
     fmt = "tfrecord"  # without dataset.json, the tfrecord source reports what is missing
     if os.path.isfile(meta_path):
         with open(meta_path, encoding="utf-8") as f:
             fmt = json.load(f).get("format", fmt)
+    if os.path.isfile(meta_path):  # this command reads every record: nothing remembered
+        verdicts.Memory(args.data_dir, schema_lib.digest(args.data_dir)).forget()
     source = data.load(cfg.DataConfig(dataset=fmt, data_dir=args.data_dir, verify_data=True,
                                       skip_corrupt=args.skip_corrupt))
     print(f"ok {args.data_dir}: {source.num_train_examples} training examples, input "

@@ -226,7 +226,8 @@ def _describe(info: dict, data_dir: str) -> str:
             f"seq_len {info['seq_len']}, byte vocab 256 | {' | '.join(parts)} | {data_dir}")
 
 
-def load(data_config):
+def load(data_config, *, peers=None):
+    del peers  # nothing to verify: generated from the interpreter's own sources
     """The loop's source: the (built or cached) pycorpus read as a TFRecord dataset.
 
     Splits are train and validation; --eval_split=test (the default) means validation,

@@ -141,3 +141,10 @@ class SchemaShape:
     @property
     def num_classes(self) -> int:
         return self.schema.num_classes
+
+
+def digest(data_dir: str) -> str:
+    """The dataset description's digest: a remembered verdict holds for this one only."""
+    import hashlib
+    with open(os.path.join(data_dir, METADATA), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]

@@ -43,10 +43,10 @@ class ArrayData:
         return pipeline.eval_dataset(self, shard, batch_size)
 
 
-def load_digits(data_config) -> ArrayData:
+def load_digits(data_config, *, peers=None) -> ArrayData:
     """scikit-learn's 8x8 handwritten digits (real data shipped inside the package)."""
     from sklearn.datasets import load_digits as sk_load_digits
-    del data_config  # bundled: no --data_dir needed (DataConfig checked any given)
+    del data_config, peers  # bundled: no --data_dir, nothing to verify
     bunch = sk_load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[..., None]
     y = bunch.target.astype(np.int32)
@@ -104,11 +104,12 @@ class PooledData:
         return ds.with_options(pipeline.dataset_options()).prefetch(tf.data.AUTOTUNE)
 
 
-def load_synthetic(data_config, num_classes=10) -> PooledData:
+def load_synthetic(data_config, num_classes=10, *, peers=None) -> PooledData:
     """Random inputs with random labels, any shape: for throughput, never for accuracy.
 
     With the default 4096 examples of 8x8x1 the pool holds every example, drawn exactly
     as before (same generator, same order), so small runs are unchanged."""
+    del peers  # generated here: nothing to verify
     shape = tuple(data_config.synthetic_shape)
     num_examples = data_config.synthetic_examples
     example_bytes = 4 * int(np.prod(shape))

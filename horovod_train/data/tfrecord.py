@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from horovod_train.data import decode, pipeline, sharding, verify
+from horovod_train.data import decode, pipeline, sharding, verdicts, verify
 from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 
@@ -111,19 +111,20 @@ def _reader(path):
     return tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER)
 
 
-def _judge(path: str, result: verify.Scan, skip: bool, expected: int | None) -> tuple[int, int]:
-    """(readable records, skipped records) of one scanned file; UsageError unless `skip`."""
+def _judge(path: str, result: verdicts.Verdict, skip: bool,
+           expected: int | None) -> tuple[int, int]:
+    """(readable records, skipped records) of one checked file; UsageError unless `skip`."""
     if result.error is None:
-        return len(result.good), 0
+        return result.good, 0
     total = expected if expected is not None else max(frame_count(path), result.first_bad + 1)
     if not skip:
         raise usage_error(f"TFRecord file {path}",
                           f"an unreadable record at index {result.first_bad} ({result.error})",
                           f"{total} readable records", SKIP_FIX)
-    skipped = max(total - len(result.good), 1)
+    skipped = max(total - result.good, 1)
     logging.warning("data | --skip_corrupt: %s: skipping %d records from index %d (%s)",
                     path, skipped, result.first_bad, result.error)
-    return len(result.good), skipped
+    return result.good, skipped
 
 
 def _check_sizes(paths, split: schema_lib.Split) -> None:
@@ -135,7 +136,8 @@ def _check_sizes(paths, split: schema_lib.Split) -> None:
                               "(the file was truncated or changed)", SKIP_FIX)
 
 
-def _file_set(data_dir, meta, name: str, flag: str, config) -> tuple[FileSet, int]:
+def _file_set(data_dir, meta, name: str, flag: str, config, peers=None,
+              memory=None) -> tuple[FileSet, int]:
     where = os.path.join(data_dir, schema_lib.METADATA)
     split = schema_lib.split_of(meta, name, where, flag)
     paths = tuple(os.path.join(data_dir, f) for f in split.files)
@@ -148,17 +150,22 @@ def _file_set(data_dir, meta, name: str, flag: str, config) -> tuple[FileSet, in
         _check_sizes(paths, split)
         return FileSet(paths, split.records), 0
     expected = split.records or (None,) * len(paths)
-    scans = verify.scan_files(paths, _reader, decode.checker(meta.schema))
-    counted = [_judge(p, r, config.skip_corrupt, e) for p, r, e in zip(paths, scans, expected)]
+    check = decode.checker(meta.schema)
+    checked = verdicts.check_files(paths, lambda mine: verify.scan_files(mine, _reader, check),
+                                   peers, memory)
+    counted = [_judge(p, r, config.skip_corrupt, e) for p, r, e in zip(paths, checked, expected)]
     return FileSet(paths, tuple(c for c, _ in counted)), sum(s for _, s in counted)
 
 
-def load(data_config) -> TFRecordSource:
+def load(data_config, *, peers=None) -> TFRecordSource:
+    """The TFRecord directory's source; its files checked once across `peers` (a
+    Communicator; None: this process alone) and remembered (verdicts.py)."""
     meta = schema_lib.read(data_config.data_dir, "tfrecord")
+    memory = verdicts.Memory(data_config.data_dir, schema_lib.digest(data_config.data_dir))
     train, skipped_train = _file_set(data_config.data_dir, meta, data_config.train_split,
-                                     "--train_split", data_config)
+                                     "--train_split", data_config, peers, memory)
     evaluation, skipped_eval = _file_set(data_config.data_dir, meta, data_config.eval_split,
-                                         "--eval_split", data_config)
+                                         "--eval_split", data_config, peers, memory)
     if sum(train.counts) == 0:
         raise usage_error("--data_dir", data_config.data_dir,
                           f"readable records in split {data_config.train_split!r}",

@@ -7,9 +7,7 @@ mwms, alone -> local); everything else asks the joined strategy's backend, whose
 communicator (backend.comm, backends/comm.py) does the collectives. What a backend cannot do raises,
 naming it.
 """
-import pickle
 
-import numpy as np
 import tensorflow as tf
 
 from horovod_train.backends.comm import ReduceOp
@@ -306,25 +304,10 @@ def broadcast_global_variables(root_rank):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """A picklable object from root_rank, on every rank."""
     _check_process_set(process_set)
-    ops = _ops("broadcast_object")
-    payload = _to_bytes(obj) if ops.info.rank == root_rank else np.zeros(0, np.uint8)
-    length = int(ops.broadcast(tf.constant([payload.size], tf.int64), root_rank).numpy()[0])
-    if ops.info.rank != root_rank:
-        payload = np.zeros(length, np.uint8)
-    data = ops.broadcast(tf.constant(payload), root_rank).numpy()
-    return obj if ops.info.rank == root_rank else pickle.loads(data.tobytes())
+    return _ops("broadcast_object").broadcast_object(obj, root_rank)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set) -> list:
     """Every rank's picklable object, as a list in rank order."""
     _check_process_set(process_set)
-    ops = _ops("allgather_object")
-    payload = _to_bytes(obj)
-    lengths = ops.allgather(tf.constant([payload.size], tf.int64)).numpy()
-    data = ops.allgather(tf.constant(payload)).numpy()
-    bounds = np.cumsum([0, *lengths])
-    return [pickle.loads(data[a:b].tobytes()) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def _to_bytes(obj) -> np.ndarray:
-    return np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
+    return _ops("allgather_object").allgather_object(obj)

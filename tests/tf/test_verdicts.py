@@ -1,0 +1,79 @@
+"""Issue 41 item 2: each TFRecord file verified once, split across ranks, remembered
+beside the data (the ranks themselves: tests/multiprocess/test_local_phases.py)."""
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+from horovod_train import config as cfg  # noqa: E402
+from horovod_train.data import convert, tfrecord, verdicts  # noqa: E402
+from horovod_train.data import schema as schema_lib  # noqa: E402
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x_train=rng.random((40, 4, 4, 1), np.float32),
+             y_train=rng.integers(0, 3, 40), x_test=rng.random((12, 4, 4, 1), np.float32),
+             y_test=rng.integers(0, 3, 12))
+    out = tmp_path / "tfr"
+    convert.convert(convert.ConvertOptions(str(tmp_path / "d.npz"), str(out), num_shards=4,
+                                           progress=False))
+    return str(out)
+
+
+def _load(data_dir, **kwargs):
+    return tfrecord.load(cfg.DataConfig(dataset="tfrecord", data_dir=data_dir, **kwargs))
+
+
+def test_a_relaunch_scans_only_what_changed(data_dir, monkeypatch):
+    scanned = []
+    real = tfrecord.verify.scan_files
+    monkeypatch.setattr(tfrecord.verify, "scan_files",
+                        lambda paths, *a: scanned.append(len(paths)) or real(paths, *a))
+    first = _load(data_dir)
+    assert sum(scanned) == 8 and os.path.isfile(os.path.join(data_dir, verdicts.MEMORY_FILE))
+    scanned.clear()
+    again = _load(data_dir)
+    assert sum(scanned) == 0 and again.train.counts == first.train.counts
+    train0 = os.path.join(data_dir, first.train.paths[0])
+    os.utime(train0, ns=(1, 1))  # a rewritten file: its time changes
+    scanned.clear()
+    _load(data_dir)
+    assert sum(scanned) == 1
+
+
+def test_damage_is_refused_from_memory_too_and_a_fix_is_seen(data_dir):
+    first = _load(data_dir)
+    path = first.train.paths[1]
+    original = open(path, "rb").read()
+    with open(path, "r+b") as f:  # a record's payload, its CRC now wrong
+        f.seek(20)
+        f.write(b"\xff\xff\xff\xff")
+    for _ in range(2):  # scanned, then remembered: the same refusal
+        with pytest.raises(Exception, match=r"unreadable record at index 0"):
+            _load(data_dir)
+    skipping = _load(data_dir, skip_corrupt=True)
+    assert skipping.skipped > 0
+    with open(path, "wb") as f:
+        f.write(original)
+    assert _load(data_dir).train.counts == first.train.counts
+
+
+def test_a_read_only_data_directory_remembers_in_the_users_cache(data_dir, tmp_path):
+    key = schema_lib.digest(data_dir)
+    memory = verdicts.Memory(data_dir, key, cache_root=str(tmp_path / "cache"))
+    paths = [os.path.join(data_dir, name) for name in sorted(os.listdir(data_dir))
+             if name.endswith(".tfrecord")]
+    os.chmod(data_dir, 0o555)
+    try:
+        memory.remember(paths, {0: verdicts.Verdict(10)})
+    finally:
+        os.chmod(data_dir, 0o755)
+    assert not os.path.exists(os.path.join(data_dir, verdicts.MEMORY_FILE)) or os.getuid() == 0
+    assert verdicts.Memory(data_dir, key, str(tmp_path / "cache")).known(paths) == \
+        {0: verdicts.Verdict(10)}
+    assert verdicts.Memory(data_dir, "another schema", str(tmp_path / "cache")).known(paths) == {}
+    memory.forget()
+    assert memory.known(paths) == {}
