@@ -1,13 +1,21 @@
-"""Runs Horovod's own TF2 Keras test file against a Keras API module, as a yardstick.
+"""Runs one of Horovod's own TF2 test files against an API module, as a yardstick.
 
     python scripts/horovod_keras_suite.py FILE [--markdown docs/horovod_keras_suite.md]
     python scripts/horovod_keras_suite.py --horovod_repo DIR --module horovod.tensorflow.keras
+    python scripts/horovod_keras_suite.py --suite tensorflow --horovod_repo DIR \
+        --module horovod.tensorflow --controller mpi --markdown docs/horovod_tensorflow_suite.md
 
-The file is written for Keras 2, so it is mended at run time, in a temp dir, by the named
-rewrites in MENDS: only the test code's own Keras usage (never what a test asserts of the
-API), and its two Horovod imports, which become the module under test. pytest then runs in
-each of 2 ranks under horovodrun, as Horovod's CI runs it, each rank writing its own junit
-file; one table row a test (parameterized cases apart). Exit 0 when it ran, 2 on bad input.
+--suite keras (the default) runs test/parallel/test_tensorflow2_keras.py against a Keras API
+module (horovod_train.keras); --suite tensorflow runs test/parallel/test_tensorflow.py, the
+TF core API file, against horovod_train.tensorflow, with the two helper files it imports
+(test/parallel/base_test_tensorflow.py, test/utils/common.py), laid out as in Horovod's tree.
+The files are written for Keras 2 and an older TF, so they are mended at run time, in a temp
+dir, by the named rewrites of the suite (MENDS, TF_MENDS): only the test code's own
+Keras/TF usage (never what a test asserts of the API), and its Horovod imports, which become
+the module under test. pytest then runs in each of 2 ranks under horovodrun, as Horovod's CI
+runs it, each rank writing its own junit file; one table row a test (parameterized cases
+apart; a test TF runs in graph and eager mode is one row, failed if either mode failed).
+Exit 0 when it ran, 2 on bad input.
 """
 import argparse
 import collections
@@ -29,7 +37,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 HOROVODRUN = os.path.join(os.path.dirname(PY), "horovodrun")
 REPO_PLACEHOLDER = "HOROVOD_GIT_DIR"  # a clone's .git, e.g. of github.com/horovod/horovod
-TEST_PATH = "test/parallel/test_tensorflow2_keras.py"  # where Horovod keeps it
 FILE_NAME = "test_tensorflow2_keras.py"
 HOROVOD_MODULE = "horovod.tensorflow.keras"
 NEEDED = ("pytest", "parameterized", "packaging")  # what the test file itself imports
@@ -41,7 +48,23 @@ class BadInput(Exception):
 
 
 # pattern: a multiline regex; replacement: re.sub's, which may name {module}, {keras_module}
-Mend = collections.namedtuple("Mend", "name pattern replacement why")
+# path: the file it mends, relative to Horovod's test/ dir; None: the test file itself
+Mend = collections.namedtuple("Mend", "name pattern replacement why path", defaults=(None,))
+
+VARIABLE_KEY_WHY = ("Keras 3 layer weights are keras.Variable, which has no tf.Variable.ref(); "
+                    "its TF-backend .value is the tf.Variable, so both kinds key a dict alike")
+
+
+def variable_key_mends(anchor):
+    """The test's own .ref() keys of Keras weights, and the helper, defined before `anchor`."""
+    return (
+        Mend("variable-ref", r"\b(\w+)\.ref\(\)", r"_variable_key(\1)",
+             "the test keys Keras weights by .ref(); before variable-key-helper, whose .ref() "
+             "stays"),
+        Mend("variable-key-helper", rf"^({anchor})",
+             "def _variable_key(v):\n"
+             "    return v.ref() if hasattr(v, 'ref') else v.value.ref()\n\n\n\\1",
+             VARIABLE_KEY_WHY))
 
 
 MENDS = (
@@ -69,17 +92,37 @@ MENDS = (
     Mend("update-step-signature", r"def update_step\(self, gradient, variable\):",
          "def update_step(self, gradient, variable, learning_rate=None):",
          "Keras 3 calls update_step(gradient, variable, learning_rate)"),
-    Mend("variable-ref", r"\b(\w+)\.ref\(\)", r"_variable_key(\1)",
-         "the test keys Keras weights by .ref(); before variable-key-helper, whose .ref() stays"),
-    Mend("variable-key-helper", r"^(_PRE_TF_2_2_0 = )",
-         "def _variable_key(v):\n"
-         "    return v.ref() if hasattr(v, 'ref') else v.value.ref()\n\n\n\\1",
-         "Keras 3 layer weights are keras.Variable, which has no tf.Variable.ref(); its "
-         "TF-backend .value is the tf.Variable, so both kinds key a dict alike"),
+    *variable_key_mends("_PRE_TF_2_2_0 = "),
     Mend("aggregate-argument", r",\s*experimental_aggregate_gradients=False", "",
          "Keras 3 apply_gradients(grads_and_vars) has no such argument; it never aggregates "
          "across replicas itself, which is what the TF 2.2 argument switched off"),
 )
+
+TF_MENDS = (
+    Mend("import-hvd", r"^import horovod\.tensorflow as hvd$", "import {module} as hvd",
+         "the module under test stands where the file imports Horovod's TF API"),
+    Mend("batchnorm-fused", r"BatchNormalization\(axis=1, fused=False\)",
+         "BatchNormalization(axis=1)",
+         "Keras 3 BatchNormalization refuses fused= (Keras 2's choice of kernel, same math); the "
+         "plain layer is the reference the test compares hvd.SyncBatchNormalization with"),
+    *variable_key_mends("_IS_TF2 = "),
+    Mend("mock-stdlib", r"^import mock$", "from unittest import mock",
+         "the helper file imports the mock backport, which is not installed here; unittest.mock "
+         "is the same API in the standard library", path="utils/common.py"),
+)
+
+# One suite a Horovod test file: where it lives, the helper files it imports (paths
+# relative to Horovod's test/ dir, as is its own), its mends, what it imports.
+Suite = collections.namedtuple(
+    "Suite", "name test_path helpers horovod_module default_module mends needed")
+SUITES = {
+    "keras": Suite("keras", "parallel/test_tensorflow2_keras.py", (), HOROVOD_MODULE,
+                   "horovod_train.keras", MENDS, NEEDED),
+    "tensorflow": Suite("tensorflow", "parallel/test_tensorflow.py",
+                        ("parallel/base_test_tensorflow.py", "utils/common.py"),
+                        "horovod.tensorflow", "horovod_train.tensorflow", TF_MENDS,
+                        ("pytest", "packaging", "cloudpickle")),
+}
 
 
 def mend_lines(applied, code="") -> list:
@@ -93,39 +136,60 @@ def keras_module_for(module: str) -> str:
     return "horovod.keras" if module == HOROVOD_MODULE else module
 
 
-def apply_mends(source: str, module: str, mends=MENDS):
-    """(mended source, [(mend, count)]): each mend applied everywhere it matches."""
+def apply_mends(source: str, module: str, mends=MENDS, path=None):
+    """(mended source, [(mend, count)]): each of the mends for the file at `path` (None:
+    the test file) applied everywhere it matches."""
     applied = []
-    for mend in mends:
+    for mend in (m for m in mends if m.path == path):
         replacement = mend.replacement.format(module=module, keras_module=keras_module_for(module))
         source, count = re.subn(mend.pattern, replacement, source, flags=re.M)
         applied.append((mend, count))
     return source, applied
 
 
-def read_source(path, horovod_repo, ref="HEAD") -> str:
-    """The test file's text, from a path or from a bare git dir of Horovod."""
+def read_source(path, horovod_repo, ref="HEAD", rel=None) -> str:
+    """A file's text, from a path or from a bare git dir of Horovod (at test/rel there;
+    default rel: the Keras test file)."""
+    rel = rel or SUITES["keras"].test_path
+    name = os.path.basename(rel)
     if (path is None) == (horovod_repo is None):
         raise BadInput(f"got file={path!r} and --horovod_repo={horovod_repo!r}; expected exactly "
-                       f"one of them; fix: pass the path of {FILE_NAME} or --horovod_repo DIR")
+                       f"one of them; fix: pass the path of {name} or --horovod_repo DIR")
     if path is not None:
         if not os.path.isfile(path):
-            raise BadInput(f"got {path!r}, which is not a file; expected Horovod's {FILE_NAME}; "
-                           f"fix: pass its path, or --horovod_repo DIR to take it from git")
+            raise BadInput(f"got {path!r}, which is not a file; expected Horovod's {name}; "
+                           f"fix: pass its path in Horovod's test/ tree, or --horovod_repo DIR "
+                           f"to take it from git")
         with open(path, encoding="utf-8") as f:
             return f.read()
-    proc = subprocess.run(["git", "--git-dir", horovod_repo, "show", f"{ref}:{TEST_PATH}"],
+    proc = subprocess.run(["git", "--git-dir", horovod_repo, "show", f"{ref}:test/{rel}"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BadInput(f"got --horovod_repo {horovod_repo!r}, where git show {ref}:{TEST_PATH} "
+        raise BadInput(f"got --horovod_repo {horovod_repo!r}, where git show {ref}:test/{rel} "
                        f"failed ({(proc.stderr.strip().splitlines() or ['?'])[-1]}); expected a "
                        f"Horovod git dir; fix: pass the repo's .git (or bare) directory")
     return proc.stdout
 
 
-def check_importable(module: str, python=PY, timeout=300):
+def mended_files(suite, test_file, horovod_repo, ref, module):
+    """({path under test/: mended text}, [(mend, count)]) for the suite's test file and its
+    helpers; with a test_file path, the helpers come from the test/ tree it lies in."""
+    files, applied = {}, []
+    tree = test_file and os.path.dirname(os.path.dirname(os.path.abspath(test_file)))
+    for rel in (suite.test_path, *suite.helpers):
+        path = test_file if rel == suite.test_path or not test_file else os.path.join(tree, rel)
+        source = read_source(path, horovod_repo, ref, rel)
+        files[rel], counts = apply_mends(source, module, suite.mends,
+                                         None if rel == suite.test_path else rel)
+        applied += counts
+    return files, applied
+
+
+def check_importable(module: str, python=PY, timeout=300, suite=None):
     """Imports the module, and what the test file needs, in a child (TF stays out of here)."""
-    names = [module, *NEEDED]
+    suite = suite or SUITES["keras"]
+    needed = NEEDED if suite.name == "keras" else suite.needed  # NEEDED: patchable in tests
+    names = [module, *needed]
     code = ("import importlib, sys\nfor n in sys.argv[1:]:\n"
             "    try: importlib.import_module(n)\n"
             "    except Exception as e:\n"
@@ -135,10 +199,11 @@ def check_importable(module: str, python=PY, timeout=300):
     if proc.returncode != 0:
         name, _, what = (proc.stdout.strip().splitlines() or
                          ["?\t" + proc.stderr.strip()[-200:]])[0].partition("\t")
-        fix = (f"pip install {name}" if name in NEEDED else "pass --module horovod_train.keras "
-               "or horovod.tensorflow.keras, and run from the repo's virtualenv")
+        fix = (f"pip install {name}" if name in needed else f"pass --module "
+               f"{suite.default_module} or {suite.horovod_module}, and run from the repo's "
+               "virtualenv")
         raise BadInput(f"got --module {module!r}, but importing {name} failed: {what}; expected "
-                       f"it and the test file's {', '.join(NEEDED)} to import; fix: {fix}")
+                       f"it and the test file's {', '.join(needed)} to import; fix: {fix}")
 
 
 def child_env() -> dict:
@@ -227,9 +292,12 @@ def parse_junit(xml_text: str) -> dict:
     status = {"failure": "failed", "error": "error", "skipped": "skipped"}
     results = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
+        # A test run as subtests (TF's graph and eager modes) has one child per mode that did
+        # not pass: a failure outranks an error, which outranks a skip, in any order.
+        children = sorted((c for c in case if c.tag in status), key=lambda c: list(status).index(c.tag))
         results[case.get("name")] = next(
             (Outcome(status[c.tag], one_line(c.get("message") or c.text or ""))
-             for c in case if c.tag in status), Outcome("passed"))
+             for c in children), Outcome("passed"))
     # tf.test.TestCase.test_session: a helper pytest collects by its name, and skips
     return {n: o for n, o in results.items() if o.message != "Not a test."}
 
@@ -330,10 +398,18 @@ def shown_command(argv) -> str:
     return " ".join(["python scripts/horovod_keras_suite.py", *shown])
 
 
-def markdown_section(module, rows, applied, command, code, np_=2, state="") -> str:
+def section_key(module, controller="gloo") -> str:
+    """A section's marker: the module, and the controller unless it is Gloo (the default,
+    whose sections predate the controller in the key)."""
+    return module if controller == "gloo" else f"{module}:{controller}"
+
+
+def markdown_section(module, rows, applied, command, code, np_=2, state="",
+                     controller="gloo") -> str:
     """One module's section: date, command, mends, table, counts (between markers)."""
     today = datetime.date.today().isoformat()
-    lines = [f"<!-- suite:{module} -->", f"## `{module}` ({today})", "",
+    key = section_key(module, controller)
+    lines = [f"<!-- suite:{key} -->", f"## `{module}`, {controller} ({today})", "",
              f"Command: `{command}`  ", f"Code: {state or 'not recorded'}  ",
              f"Launcher exit code: {code}", "", "Mends applied:", ""]
     lines += [f"- {line}" for line in mend_lines(applied, code="`")]
@@ -343,18 +419,26 @@ def markdown_section(module, rows, applied, command, code, np_=2, state="") -> s
     for name, cells, err in rows:
         err = err.replace("|", "\\|").replace("`", "'")  # a table cell, as markdown reads it
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {err} |")
-    lines += ["", f"**{summary(rows)}.**", f"<!-- /suite:{module} -->"]
+    lines += ["", f"**{summary(rows)}.**", f"<!-- /suite:{key} -->"]
     return "\n".join(lines)
 
 
-DOC_HEAD = (f"# Horovod's Keras test suite as a yardstick\n\nHorovod's own `{TEST_PATH}`, "
-            "mended for Keras 3 at run time, run by pytest in 2 ranks under horovodrun against "
-            "each module below (sections written by `scripts/horovod_keras_suite.py`).\n")
+def doc_head(suite=None) -> str:
+    suite = suite or SUITES["keras"]
+    title = "Keras" if suite.name == "keras" else "TensorFlow"
+    return (f"# Horovod's {title} test suite as a yardstick\n\nHorovod's own "
+            f"`test/{suite.test_path}`, mended for Keras 3 at run time, run by pytest in 2 ranks "
+            "under horovodrun against each module below (sections written by "
+            f"`scripts/horovod_keras_suite.py{'' if suite.name == 'keras' else ' --suite ' + suite.name}`).\n")
 
 
-def write_markdown(path, module, section):
-    """Replaces this module's section in the file (other text and sections stay)."""
-    text = open(path).read() if os.path.exists(path) else DOC_HEAD
+DOC_HEAD = doc_head()
+
+
+def write_markdown(path, module, section, suite=None):
+    """Replaces the section with this key (a module, or module:controller) in the file
+    (other text and sections stay)."""
+    text = open(path).read() if os.path.exists(path) else doc_head(suite)
     mark = re.escape(module)
     pattern = re.compile(rf"<!-- suite:{mark} -->.*?<!-- /suite:{mark} -->", re.S)
     text = pattern.sub(lambda _m: section, text) if pattern.search(text) else \
@@ -365,10 +449,14 @@ def write_markdown(path, module, section):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("test_file", nargs="?", help=f"Horovod's {FILE_NAME}")
-    p.add_argument("--horovod_repo", help=f"a Horovod git dir to take {TEST_PATH} from")
+    p.add_argument("test_file", nargs="?", help=f"Horovod's {FILE_NAME} (or, with --suite "
+                   "tensorflow, test_tensorflow.py, its helpers taken from the same test/ tree)")
+    p.add_argument("--suite", choices=sorted(SUITES), default="keras",
+                   help="keras: test_tensorflow2_keras.py; tensorflow: test_tensorflow.py")
+    p.add_argument("--horovod_repo", help="a Horovod git dir to take the test file from")
     p.add_argument("--ref", default="HEAD", help="the commit to take it at (with --horovod_repo)")
-    p.add_argument("--module", default="horovod_train.keras", help="the Keras API under test")
+    p.add_argument("--module", help="the API under test (default: horovod_train.keras, or "
+                   "horovod_train.tensorflow with --suite tensorflow)")
     p.add_argument("--controller", choices=("gloo", "mpi"), default="gloo")
     p.add_argument("--np", type=int, default=2, dest="np_", help="ranks (Horovod's CI: 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
@@ -380,29 +468,32 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    suite = SUITES[args.suite]
+    args.module = args.module or suite.default_module
     try:
         if not os.path.exists(HOROVODRUN) or args.np_ < 1:
             raise BadInput(f"got {HOROVODRUN} (exists: {os.path.exists(HOROVODRUN)}) and --np "
                            f"{args.np_}; expected horovodrun beside this python and --np >= 1; "
                            f"fix: run with the virtualenv's python (make setup builds Horovod)")
-        source = read_source(args.test_file, args.horovod_repo, args.ref)
-        check_importable(args.module)
+        files, applied = mended_files(suite, args.test_file, args.horovod_repo, args.ref,
+                                      args.module)
+        check_importable(args.module, suite=suite)
     except BadInput as e:
         print(f"horovod_keras_suite: {e}", file=sys.stderr)
         return 2
-    mended, applied = apply_mends(source, args.module)
     print("mends:\n" + "\n".join(f"  {line}" for line in mend_lines(applied)))
-    work = args.keep or tempfile.mkdtemp(prefix="hvd-keras-suite-")
-    os.makedirs(work, exist_ok=True)
+    work = args.keep or tempfile.mkdtemp(prefix=f"hvd-{suite.name}-suite-")
     for stale in glob.glob(os.path.join(work, "rank*.*")):  # a kept dir's earlier run
         os.remove(stale)
-    test_file = os.path.join(work, FILE_NAME)
-    with open(test_file, "w") as f:
-        f.write(mended)
+    for rel, text in files.items():  # laid out as in Horovod's tree: test/parallel, test/utils
+        os.makedirs(os.path.dirname(os.path.join(work, "test", rel)), exist_ok=True)
+        with open(os.path.join(work, "test", rel), "w") as f:
+            f.write(text)
+    test_file = os.path.join(work, "test", suite.test_path)
     extra = ["-k", args.select] if args.select else []
     argv_run = launch_argv(test_file, work, args.controller, args.np_, extra)
     log_path = os.path.join(work, "launcher.log")
-    code = run_suite(argv_run, work, log_path, args.timeout)
+    code = run_suite(argv_run, os.path.dirname(test_file), log_path, args.timeout)
     ranks = read_ranks(work, args.np_)
     rows = build_rows(ranks)
     state = tree_state(args.module)
@@ -415,8 +506,9 @@ def main(argv=None) -> int:
               + "\n".join(open(log_path, errors="replace").read().splitlines()[-15:]))
     if args.markdown:
         shown = shown_command(argv if argv is not None else sys.argv[1:])
-        write_markdown(args.markdown, args.module,
-                       markdown_section(args.module, rows, applied, shown, code, args.np_, state))
+        write_markdown(args.markdown, section_key(args.module, args.controller),
+                       markdown_section(args.module, rows, applied, shown, code, args.np_, state,
+                                        args.controller), suite)
     return 0
 
 
