@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 import xml.etree.ElementTree as ET
 
@@ -224,7 +225,7 @@ RANK_WRAPPER = """
 import json, os, sys, pytest
 rank = os.environ.get('HOROVOD_RANK') or os.environ.get('OMPI_COMM_WORLD_RANK') or '0'
 out, args = sys.argv[1], sys.argv[2:]
-log = open(os.path.join(out, 'rank%s.progress' % rank), 'w', buffering=1)
+log = open(os.path.join(out, 'rank%s.progress' % rank), 'a', buffering=1)  # rounds add
 class Progress:
     def pytest_runtest_logstart(self, nodeid, location):
         log.write(json.dumps(dict(test=nodeid, when='start', outcome='started')) + '\\n')
@@ -257,20 +258,69 @@ def kill_marked(mark: str):
             continue  # gone already, or not ours to read
 
 
-def run_suite(argv, cwd, log_path, timeout):
-    """Exit code of the launcher, or "TIMEOUT" (then everything it started is killed)."""
+def _last_change(paths) -> float:
+    return max([os.path.getmtime(p) for p in paths if os.path.exists(p)], default=0.0)
+
+
+def run_suite(argv, cwd, log_path, timeout, progress=(), test_timeout=None, mode="w"):
+    """Exit code of the launcher, "TIMEOUT", or "STALLED" when no progress file grew for
+    test_timeout seconds (a test hangs: a collective one rank never joins); on either,
+    everything it started is killed."""
     mark = uuid.uuid4().hex
-    with open(log_path, "w") as log:
+    start, started_at = time.monotonic(), time.time()
+    with open(log_path, mode) as log:
         proc = subprocess.Popen(argv, cwd=cwd, env={**child_env(), MARK: mark},
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            kill_marked(mark)  # horovodrun starts ranks in sessions of their own
-            return "TIMEOUT"
+        outcome = None
+        while outcome is None:
+            try:
+                return proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - start > timeout:
+                    outcome = "TIMEOUT"
+                elif test_timeout and time.time() - max(_last_change(progress),
+                                                        started_at) > test_timeout:
+                    outcome = "STALLED"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kill_marked(mark)  # horovodrun starts ranks in sessions of their own
+        return outcome
+
+
+def reported_tests(progress_texts) -> list:
+    """The node ids any rank's progress file started (a rerun deselects them)."""
+    ids = []
+    for text in progress_texts:
+        for line in text.splitlines():
+            try:
+                test = json.loads(line)["test"]
+            except (ValueError, KeyError):
+                continue
+            if test not in ids:
+                ids.append(test)
+    return ids
+
+
+def run_rounds(args, test_file, work, extra):
+    """Runs the suite; after a hung test, kills the job and runs the tests no rank started
+    yet, again (the hung test stays 'hung'), within --timeout in all. Returns (the last
+    round's exit code, the hung rounds' count)."""
+    log_path = os.path.join(work, "launcher.log")
+    progress = [os.path.join(work, f"rank{r}.progress") for r in range(args.np_)]
+    deadline, stalls, deselect = time.monotonic() + args.timeout, 0, []
+    while True:
+        argv_run = launch_argv(test_file, work, args.controller, args.np_,
+                               [*extra, *(f"--deselect={t}" for t in deselect)])
+        code = run_suite(argv_run, os.path.dirname(test_file), log_path,
+                         max(1.0, deadline - time.monotonic()), progress, args.test_timeout,
+                         "a" if stalls else "w")
+        if code != "STALLED":
+            return code, stalls
+        stalls += 1
+        for path in glob.glob(os.path.join(work, "rank*.xml")):  # junit of a cut round
+            os.remove(path)
+        deselect = reported_tests([open(p).read() for p in progress if os.path.exists(p)])
 
 
 # status: passed, failed, error, skipped, hung (cut off by the timeout), missing
@@ -320,17 +370,19 @@ def parse_progress(text: str) -> dict:
             results[name] = Outcome("failed" if when == "call" else "error", message)
         elif outcome == "skipped":
             results[name] = Outcome("skipped", message)
-        elif when == "call":
+        elif when == "call" and results.get(name, Outcome("")).status != "skipped":
+            # a test run as subtests (graph and eager mode) that skipped in one stays
+            # skipped, as junit has it
             results[name] = Outcome("passed")
     return {n: o for n, o in results.items() if not o.message.endswith("Not a test.")}
 
 
-def read_ranks(out_dir: str, np_=2) -> list:
+def read_ranks(out_dir: str, np_=2, junit=True) -> list:
     """One {name: Outcome} a rank, from junit, else its progress file; None: neither."""
     ranks = []
     for rank in range(np_):
         path = os.path.join(out_dir, f"rank{rank}")
-        if os.path.exists(path + ".xml"):
+        if junit and os.path.exists(path + ".xml"):
             ranks.append(parse_junit(open(path + ".xml").read()))
         else:  # cut off before pytest wrote junit: what the progress file saw
             ranks.append(parse_progress(open(path + ".progress").read())
@@ -460,6 +512,9 @@ def parse_args(argv=None):
     p.add_argument("--controller", choices=("gloo", "mpi"), default="gloo")
     p.add_argument("--np", type=int, default=2, dest="np_", help="ranks (Horovod's CI: 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
+    p.add_argument("--test_timeout", type=float, default=120.0,
+                   help="seconds without a test event before the run counts the current test "
+                   "as hung, is killed, and goes on with the tests not started (0: never)")
     p.add_argument("--markdown", help="also write the table into this markdown file")
     p.add_argument("--keep", help="keep the mended file, logs and junit files in this dir")
     p.add_argument("-k", dest="select", help="pytest -k expression (a subset, for a quick look)")
@@ -491,18 +546,21 @@ def main(argv=None) -> int:
             f.write(text)
     test_file = os.path.join(work, "test", suite.test_path)
     extra = ["-k", args.select] if args.select else []
-    argv_run = launch_argv(test_file, work, args.controller, args.np_, extra)
+    code, stalls = run_rounds(args, test_file, work, extra)
     log_path = os.path.join(work, "launcher.log")
-    code = run_suite(argv_run, os.path.dirname(test_file), log_path, args.timeout)
-    ranks = read_ranks(work, args.np_)
+    # After a restart, the last round's junit knows only its own tests: read progress files.
+    ranks = read_ranks(work, args.np_, junit=not stalls)
+    if stalls:
+        code = f"{code} after {stalls} restart{'s' if stalls > 1 else ''} past hung tests"
     rows = build_rows(ranks)
     state = tree_state(args.module)
     print(f"\nmodule {args.module}, {args.controller}, {args.np_} ranks, launcher exit {code}, "
           f"code: {state} (log: {log_path})\n")
     print(text_table(rows, args.np_))
     print(f"\n{summary(rows)}")
-    if code == "TIMEOUT" or any(r is None for r in ranks):
-        print(f"\n(timed out or a rank wrote no report; the log's last lines:)\n"
+    if code != 0 and not isinstance(code, int) or any(r is None for r in ranks):
+        print(f"\n(timed out, restarted past a hung test, or a rank wrote no report; the "
+              f"log's last lines:)\n"
               + "\n".join(open(log_path, errors="replace").read().splitlines()[-15:]))
     if args.markdown:
         shown = shown_command(argv if argv is not None else sys.argv[1:])

@@ -254,3 +254,20 @@ def test_sections_are_keyed_by_controller_except_gloos(tmp_path):
     assert text.count("<!-- suite:horovod.tensorflow -->") == 1
     assert text.count("<!-- suite:horovod.tensorflow:mpi -->") == 1
     assert "## `horovod.tensorflow`, mpi (" in text
+
+
+def test_a_rerun_after_a_hang_deselects_every_test_a_rank_started():
+    rank0 = ('{"test": "f.py::T::test_a", "when": "start", "outcome": "started"}\n'
+             '{"test": "f.py::T::test_a", "when": "call", "outcome": "passed"}\n'
+             '{"test": "f.py::T::test_b", "when": "start", "outcome": "started"}\n{"te')
+    rank1 = '{"test": "f.py::T::test_c", "when": "start", "outcome": "started"}\n'
+    assert suite.reported_tests([rank0, rank1]) == ["f.py::T::test_a", "f.py::T::test_b",
+                                                    "f.py::T::test_c"]
+
+
+def test_a_test_skipped_in_one_mode_and_passed_in_the_other_reads_skipped_as_in_junit():
+    events = "\n".join(
+        '{"test": "f.py::T::test_g", "when": "%s", "outcome": "%s", "message": "%s"}' % e
+        for e in (("start", "started", ""), ("call", "skipped", "Skipped: No GPUs available"),
+                  ("call", "passed", ""), ("teardown", "passed", "")))
+    assert suite.parse_progress(events)["test_g"].status == "skipped"
