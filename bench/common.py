@@ -111,14 +111,18 @@ def free_port_base(width: int = 2) -> int:
 def json_lines(text: str) -> list:
     """Every JSON object a child printed on a line of its own, launcher prefixes such
     as '[1,0]<stdout>:' allowed: the children's results."""
-    out = []
+    out, decoder = [], json.JSONDecoder()
     for line in text.splitlines():
+        # mpirun may glue the next rank's tagged line after an object: read them all.
         start = line.find("{")
-        if start >= 0 and line.rstrip().endswith("}"):
+        while start >= 0:
             try:
-                out.append(json.loads(line[start:]))
+                found, end = decoder.raw_decode(line, start)
             except ValueError:
+                start = line.find("{", start + 1)
                 continue
+            out.append(found)
+            start = line.find("{", end)
     if not out:
         raise BenchError(f"no JSON result line in the child's output:\n{text[-2000:]}")
     return out

@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import (comm, common, epochs_memory, keras_guard_overhead, overhead,  # noqa: E402
-                   plot, scaling, xla)
+                   plot, scaling, tape_overhead, xla)
 
 # Figures whose orchestration is TF-free: measured in this process.
 FIGURES = {
@@ -32,6 +32,7 @@ FIGURES = {
     "xla": (xla.measure, xla.report),  # issue 18
     "keras_guard_overhead": (keras_guard_overhead.measure, keras_guard_overhead.report),
     "epochs_memory": (epochs_memory.measure, epochs_memory.report),  # issue 46
+    "tape_overhead": (tape_overhead.measure, tape_overhead.report),  # issue 40
 }
 # Figures that run TensorFlow in their own process: started as children, since TF must not
 # run in this orchestrating one. name -> (script, flags of the short version, of the full).

@@ -22,14 +22,13 @@ Who calls it:
   - the Keras drop-in's DistributedOptimizer (keras/optimizer.py): k apply() calls
     fill an Accumulator, whose k-th call flushes it through reduce_gradients and
     apply_update (reduce = the backend's allreduce_gradients, with Horovod's compression);
-  - the GradientTape API (issue 40, horovod_train.tensorflow): DistributedGradientTape
+  - the GradientTape API (horovod_train.tensorflow's DistributedGradientTape):
     .gradient(loss, sources) is reduce_gradients with its options (op, compression,
-    local sources of PartialDistributedGradientTape, scale_local_gradients): the tape
-    returns reduced gradients and the user's optimizer applies them, as with Horovod.
-    A user's DistributedOptimizer(opt) on that path, or a loss-scaled tape, ends in
-    apply_update, the same as the drop-in's; the first-update broadcast and the
-    in-step divergence verdict (keras/divergence_guard.py) follow apply_update there
-    too, so no third copy of any step is written.
+    the local sources of PartialDistributedGradientTape, scale_local_gradients); the
+    tape returns reduced gradients and the user's optimizer applies them, as with
+    Horovod. Its divergence guard (keras/divergence_guard.SourceGuard: the first-call
+    broadcast and the periodic checksum) follows the reduction, so no third copy of
+    any step is written.
 """
 import dataclasses
 

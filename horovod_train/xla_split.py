@@ -12,8 +12,9 @@ accumulation and first-update broadcast). xla_collectives() checks a step's grap
 exactly that rule: no collective inside an XLA-compiled function.
 
 Used by step.TrainStep (both of its compiled forms) and keras/jit.SplitTrainStep (the
-drop-in's model.fit with jit_compile); the GradientTape API (issue 40) uses it where a
-tape loop asks for XLA.
+drop-in's model.fit with jit_compile). Not by the GradientTape API: a tape loop's own
+tf.function(jit_compile=True) around DistributedGradientTape.gradient fails in
+TensorFlow's compiler (HorovodAllreduce has no XLA kernel), as Horovod's own tape does.
 """
 import tensorflow as tf
 

@@ -117,6 +117,30 @@ class Communicator:
         """Rows of every rank, concatenated in rank order; the row counts may differ."""
         return tf.convert_to_tensor(tensor)
 
+    def alltoall(self, tensor, splits=None):
+        """(rows received, their count from each rank): rank r sends splits[d] rows of
+        `tensor` to rank d, in order; splits=None splits the first dimension evenly.
+        Written once over allgather, so every backend has it: each rank gathers every
+        rank's rows and keeps those sent to it (size x the bytes of a native
+        all-to-all, which a backend that has one overrides)."""
+        tensor = tf.convert_to_tensor(tensor)
+        size, rank = self.info.size, self.info.rank
+        splits = even_splits(tensor, size) if splits is None else tf.cast(
+            tf.reshape(splits, [size]), tf.int32)
+        if size == 1:
+            return tensor, splits
+        table = tf.reshape(self.allgather(tf.reshape(splits, [1, size])), [size, size])
+        rows = self.allgather(tensor)  # every rank's rows, in rank order
+        first = (tf.cumsum(tf.reduce_sum(table, 1), exclusive=True)
+                 + tf.cumsum(table, 1, exclusive=True)[:, rank])
+        counts = table[:, rank]  # what each rank sent to this one
+        return tf.gather(rows, tf.ragged.range(first, first + counts).flat_values), counts
+
+    def join(self):
+        """Horovod's join: this rank has no more data; returns the last rank to join.
+        One process: it is the last."""
+        return tf.constant(self.info.rank, tf.int32)
+
     def broadcast(self, tensor, root_rank: int):
         return self.grouped_broadcast([tensor], root_rank)[0]
 
@@ -160,6 +184,16 @@ class Communicator:
 
     def stop_timeline(self):
         raise self.unsupported("stop_timeline", TIMELINE_FIX)
+
+
+def even_splits(tensor, size: int):
+    """alltoall's splits when none are given: the first dimension in `size` equal parts."""
+    rows = tensor.shape[0]
+    if rows is not None and rows % size:
+        raise UsageError(f"alltoall: received {rows} rows and no splits for {size} ranks; "
+                         f"expected a first dimension divisible by the rank count. Fix: pass "
+                         f"splits=[rows for rank 0, rank 1, ...] summing to {rows}")
+    return tf.fill([size], tf.shape(tensor)[0] // size)
 
 
 def _scaled(tensor, factor):

@@ -71,6 +71,15 @@ class HorovodComm(comm.Communicator):
     def allgather(self, tensor):
         return self._hvd.allgather(tf.convert_to_tensor(tensor))
 
+    def alltoall(self, tensor, splits=None):
+        tensor = tf.convert_to_tensor(tensor)
+        if splits is None:
+            return self._hvd.alltoall(tensor), comm.even_splits(tensor, self.info.size)
+        return self._hvd.alltoall(tensor, splits=tf.cast(splits, tf.int32))
+
+    def join(self):
+        return self._hvd.join()
+
     def grouped_broadcast(self, tensors, root_rank: int) -> list:
         self.check_root(root_rank)
         return [self._hvd.broadcast(tf.convert_to_tensor(t), root_rank) for t in tensors]

@@ -132,6 +132,12 @@ class MwmsComm(comm.Communicator):
         summed = self._reduce_grouped(sent, "Add", "Id", f"bcast/{root_rank}")
         return [tf.reshape(_unbits(s, t.dtype), tf.shape(t)) for s, t in zip(summed, tensors)]
 
+    def join(self):
+        raise self.unsupported(
+            "hvd.join", "give every rank the same number of steps (shard the data evenly, "
+            "drop the remainder, or stop at the fewest: hvd.allreduce(steps, op=hvd.Min)); "
+            "TensorFlow's collectives cannot stand in for a rank that has left")
+
     # ---- the library itself ----------------------------------------------------
     # facts(): the base's all-False; MWMS talks gRPC (ring) or NCCL inside TF, none of
     # Horovod's libraries.

@@ -71,7 +71,8 @@ class Verdict:
     the update it was taken at. Plain tf.Variables outside the optimizer's saved and
     broadcast state: a verdict belongs to this run, not to the model."""
 
-    def __init__(self):
+    def __init__(self, where=IN_STEP):
+        self.where = where  # what took it, for the message
         self.diverged = tf.Variable(tf.zeros([0], tf.bool), shape=tf.TensorShape([None]),
                                     trainable=False, name="diverged_ranks")
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="verdict_step")
@@ -80,16 +81,17 @@ class Verdict:
         self.diverged.assign(mask)
         self.step.assign(tf.cast(step, tf.int64))
 
-    def take(self, where=IN_STEP):
+    def take(self, where=None):
         """(On the host) RanksDiverged if the last check found a rank that differs, else
         None; the verdict is then cleared, so a later, unrelated error is not taken
         for it."""
         ranks = np.flatnonzero(self.diverged.numpy()).tolist()
         self.diverged.assign(tf.zeros([0], tf.bool))
+        where = where or self.where
         return divergence.RanksDiverged(ranks, int(self.step.numpy()), where) if ranks else None
 
 
-def in_step(backend, variables, iterations, every: int, verdict: Verdict):
+def in_step(backend, variables, iterations, every: int, verdict: Verdict, where=IN_STEP):
     """Inside a tf.function: on updates that are multiples of `every`, every rank's
     checksum (one allgather: the bits each rank computed, moved, never added), then the
     verdict, recorded in `verdict`; the step stops on every rank alike when some rank
@@ -100,7 +102,7 @@ def in_step(backend, variables, iterations, every: int, verdict: Verdict):
         local = divergence.checksum(variables)
         mask = divergence.differing_mask(backend.comm.allgather(tf.reshape(local, [1, 2])))
         verdict.record(mask, iterations)
-        stop_if_diverged(mask, iterations)
+        stop_if_diverged(mask, iterations, where)
         return tf.no_op()
     tf.cond(due, check, tf.no_op)
 
@@ -121,3 +123,56 @@ def _line(mask, step, where) -> str:
     line = divergence.message(ranks, int(step.numpy()), where)
     logging.error("%s", line)
     return line
+
+
+IN_TAPE = "an in-step check of DistributedGradientTape"
+
+
+class SourceGuard:
+    """The guard of a loop that applies its own updates (a GradientTape loop), counted
+    in gradient calls: at the first call rank 0's values of the sources are broadcast
+    (the same first-update broadcast as the optimizer's: a script that forgets
+    hvd.broadcast_variables still trains one model), and every `every` calls their
+    checksums are compared (in_step). Its variables are made outside any tf.function
+    (a tape is made anew at every trace) and belong to the job, not to a model."""
+
+    def __init__(self, every: int):
+        self.every = every
+        with tf.init_scope():
+            self.calls = tf.Variable(0, dtype=tf.int64, trainable=False, name="guarded_calls")
+            self.verdict = Verdict(IN_TAPE)
+
+    def on_gradients(self, backend, sources):
+        """After this call's reduction, before the caller applies it."""
+        def sync():
+            backend.comm.broadcast_variables(sources, root_rank=0)
+            return tf.no_op()
+        tf.cond(tf.equal(self.calls, 0), sync, tf.no_op)
+        if self.every:
+            in_step(backend, sources, self.calls, self.every, self.verdict, IN_TAPE)
+        self.calls.assign_add(1)
+
+
+def source_guard(strategy, sources, every: int) -> SourceGuard:
+    """The job's guard of this list of sources (one per list: a loop may differentiate
+    against several). None on one rank: there is nothing to compare."""
+    guards = strategy.source_guards
+    key = tuple(id(s) for s in sources)
+    if key not in guards:
+        guards[key] = SourceGuard(every)
+    return guards[key]
+
+
+def restart_source_guards(strategy):
+    """Every guard back to its first call, on every rank alike (after an elastic sync,
+    a newcomer's guards start at 0 too, so all take the first-call broadcast together)."""
+    for guard in strategy.source_guards.values():
+        guard.calls.assign(0)
+
+
+def verdicts(strategy, optimizer=None) -> list:
+    """Every verdict a step of this job may have recorded: the optimizer's (the Keras
+    path) and each tape guard's."""
+    found = [g.verdict for g in strategy.source_guards.values()] if strategy else []
+    own = getattr(optimizer, "verdict", None)
+    return found + ([own] if isinstance(own, Verdict) else [])

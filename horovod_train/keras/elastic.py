@@ -23,29 +23,26 @@ import functools
 import keras
 import tensorflow as tf
 
-from horovod_train.keras import horovod_api, state as job
-from horovod_train.keras.optimizer import DistributedOptimizer
+from horovod_train.keras import divergence_guard, horovod_api, state as job
 
 
-class KerasState:
-    def __init__(self, model, optimizer=None, **kwargs):
-        self.model = model
-        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+class ObjectState:
+    """Horovod's ObjectState: keyword attributes (batch, epoch, ...) that sync() gives
+    every rank from rank 0, commit() saves and restore() rolls back. Horovod's
+    bcast_object and get_rank arguments are accepted and unused: the job's own
+    broadcast_object and rank serve. Subclasses add variables (_variables)."""
+
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
         self._names = sorted(kwargs)
         for name, value in kwargs.items():
             setattr(self, name, value)
         self._reset_callbacks = []
-        self._driver = job.require("hvd.elastic.KerasState").backend.elastic_driver(self)
+        self._driver = job.require("hvd.elastic state").backend.elastic_driver(self)
         self._saved = None
         self.save()
 
     def _variables(self) -> list:
-        # Built here, not by the first fit: a rank that joins a running job syncs
-        # before it trains, and must hold the slots the others' state has.
-        if self.optimizer is not None and not self.optimizer.built and self.model.built:
-            self.optimizer.build(self.model.trainable_variables)
-        opt = list(self.optimizer.variables) if self.optimizer is not None else []
-        return list(self.model.weights) + opt
+        return []
 
     def save(self):
         variables = self._variables()
@@ -60,11 +57,15 @@ class KerasState:
             setattr(self, name, copy.deepcopy(value))
 
     def sync(self):
-        """Rank 0's weights, optimizer state and attributes on every rank; then saved."""
-        horovod_api.broadcast_variables(self._variables(), root_rank=0)
+        """Rank 0's variables and attributes on every rank; then saved. The job's tape
+        guards start again at their first call on every rank alike."""
+        variables = self._variables()
+        if variables:
+            horovod_api.broadcast_variables(variables, root_rank=0)
         attrs = horovod_api.broadcast_object({n: getattr(self, n) for n in self._names}, 0)
         for name, value in attrs.items():
             setattr(self, name, value)
+        divergence_guard.restart_source_guards(job.require("hvd.elastic state"))
         self.save()
 
     def commit(self):
@@ -89,6 +90,23 @@ class KerasState:
             callback()
 
 
+class KerasState(ObjectState):
+    """A Keras 3 model's weights and its optimizer's variables, with the attributes."""
+
+    def __init__(self, model, optimizer=None, **kwargs):
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        super().__init__(**kwargs)
+
+    def _variables(self) -> list:
+        # Built here, not by the first fit: a rank that joins a running job syncs
+        # before it trains, and must hold the slots the others' state has.
+        if self.optimizer is not None and not self.optimizer.built and self.model.built:
+            self.optimizer.build(self.model.trainable_variables)
+        opt = list(self.optimizer.variables) if self.optimizer is not None else []
+        return list(self.model.weights) + opt
+
+
 def run(func):
     """Horovod's @hvd.elastic.run: func(state, ...) again after every re-formed ring."""
     attempt = _raising_verdicts(func)
@@ -111,8 +129,9 @@ def _raising_verdicts(func):
         try:
             return func(state, *args, **kwargs)
         except tf.errors.OpError as err:
-            opt = state.optimizer
-            diverged = opt.verdict.take() if isinstance(opt, DistributedOptimizer) else None
+            found = [v.take() for v in divergence_guard.verdicts(
+                job.active(), getattr(state, "optimizer", None))]
+            diverged = next((d for d in found if d is not None), None)
             if diverged is None:
                 raise
             raise diverged from err

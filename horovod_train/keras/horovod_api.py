@@ -76,12 +76,18 @@ def is_initialized() -> bool:
     return state.active() is not None
 
 
-def _backend(what):
+def joined(what):
+    """The job this process joined (its htk.Strategy), or the error a Horovod user
+    understands: hvd.init() was not called."""
     strategy = state.active()
     if strategy is None:
         raise UsageError(f"hvd.{what}(): received a call before hvd.init(); expected the job "
                          f"to be joined first. Fix: call hvd.init() at the top of the script")
-    return strategy.backend
+    return strategy
+
+
+def _backend(what):
+    return joined(what).backend
 
 
 def _ops(what):
@@ -110,6 +116,29 @@ def cross_rank() -> int:
 
 def cross_size() -> int:
     return _ops("cross_size").cross()[1]
+
+
+def is_homogeneous() -> bool:
+    """Whether every host runs as many ranks as this one."""
+    return local_size() * cross_size() == size()
+
+
+def size_op(process_set_id=0, name=None):
+    """hvd.size() as an int32 tensor (of the global process set, the only one)."""
+    _check_process_set(None if process_set_id == 0 else ProcessSet(process_set_id))
+    return tf.constant(size(), tf.int32)
+
+
+def local_size_op(name=None):
+    return tf.constant(local_size(), tf.int32)
+
+
+def rank_op(name=None):
+    return tf.constant(rank(), tf.int32)
+
+
+def local_rank_op(name=None):
+    return tf.constant(local_rank(), tf.int32)
 
 
 def _fact(name):
@@ -179,10 +208,51 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                                  prescale_factor, postscale_factor)
 
 
+def sparse_allreduce(slices: tf.IndexedSlices, op: ReduceOp) -> tf.IndexedSlices:
+    """Horovod's reduction of sparse values (an embedding's gradient): every rank's
+    rows and their indices gathered, the values divided by the rank count for Average.
+    Its dense form is the dense reduction's; rows hit by several ranks stay repeated."""
+    if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
+        raise UsageError(f"allreduce of tf.IndexedSlices: received op={op!r}; expected "
+                         f"hvd.Average or hvd.Sum (the rows are gathered, not combined). Fix: "
+                         f"pass op=hvd.Average, or sparse_as_dense=True")
+    ops = _ops("allreduce")
+    values, indices = ops.allgather(slices.values), ops.allgather(slices.indices)
+    if op is ReduceOp.AVERAGE:
+        values = values / tf.cast(ops.info.size, values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
 def allgather(value, name=None, process_set=global_process_set):
     """Every rank's `value` concatenated along the first dimension (which may differ)."""
     _check_process_set(process_set)
     return _ops("allgather").allgather(tf.convert_to_tensor(value))
+
+
+def grouped_allgather(values, name=None, process_set=global_process_set) -> list:
+    """allgather of each tensor in `values`, in order."""
+    _check_process_set(process_set)
+    ops = _ops("grouped_allgather")
+    return [ops.allgather(tf.convert_to_tensor(v)) for v in values]
+
+
+def alltoall(value, splits=None, name=None, process_set=global_process_set):
+    """Rows of `value` scattered to the ranks by `splits` (evenly when None): the rows
+    every rank sent here, in rank order, and (when splits is given) their counts."""
+    _check_process_set(process_set)
+    received, counts = _ops("alltoall").alltoall(tf.convert_to_tensor(value), splits)
+    return received if splits is None else (received, counts)
+
+
+def join():
+    """This rank has run out of data (Horovod's join); returns the last rank to join."""
+    return _ops("join").join()
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank has called it."""
+    _check_process_set(process_set)
+    _ops("barrier").barrier()
 
 
 def broadcast(value, root_rank, name=None, process_set=global_process_set):
@@ -193,15 +263,36 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
 def reducescatter(value, name=None, op=Average, compression=comp.Compression.none,
                   process_set=global_process_set):
     """The reduction over ranks, of which this rank keeps its share of the first dim."""
+    return grouped_reducescatter([value], op=op, compression=compression,
+                                 process_set=process_set)[0]
+
+
+def grouped_reducescatter(values, op=Average, compression=comp.Compression.none,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0) -> list:
+    """reducescatter of each tensor in `values`, in order (each scaled by
+    prescale_factor before the reduction and postscale_factor after it)."""
     _check_process_set(process_set)
-    return _ops("reducescatter").reducescatter(tf.convert_to_tensor(value),
-                                               resolve_op(None, op))
+    ops, op = _ops("reducescatter"), resolve_op(None, op)
+    return [_scaled(ops.reducescatter(_scaled(tf.convert_to_tensor(v), prescale_factor), op),
+                    postscale_factor) for v in values]
+
+
+def _scaled(tensor, factor):
+    return tensor if factor == 1.0 else tensor * tf.cast(factor, tensor.dtype)
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Root's values into `variables` (Keras 3 or tf.Variables) on every rank."""
     _check_process_set(process_set)
     _ops("broadcast_variables").broadcast_variables(list(variables), root_rank)
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set) -> list:
+    """broadcast_variables, returning the variables' new values (Horovod's in-place form)."""
+    variables = list(variables)
+    broadcast_variables(variables, root_rank, process_set)
+    return [tf.convert_to_tensor(v) for v in variables]
 
 
 def broadcast_global_variables(root_rank):

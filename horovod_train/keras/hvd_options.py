@@ -67,8 +67,8 @@ def resolve(*, compression, op, gradient_predivide_factor, backward_passes_per_s
 def gradient_mean(backend, opts: ReductionOptions):
     """The reduce(list) -> list that the update kernel (horovod_train.update) is given
     for Horovod's options: the backend's in-graph mean, on the wire the compression
-    names; a user's own Compressor wraps an uncompressed mean. DistributedOptimizer uses
-    it, and DistributedGradientTape (issue 40) will, with its own options record."""
+    names; a user's own Compressor wraps an uncompressed mean. DistributedOptimizer and
+    DistributedGradientTape (horovod_train/tensorflow/tape.py) use it."""
     def reduce(tensors):
         if opts.compressor is None:
             return backend.allreduce_gradients(tensors)

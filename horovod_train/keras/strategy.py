@@ -46,6 +46,7 @@ class Strategy:
         self.backend_name = name
         self.backend = backends.create(name, **backend_options)
         self.options = {**_defaults(type(self.backend)), **requested}
+        self.source_guards = {}  # divergence_guard.source_guard's: the tape loops' guards
         threads = types.SimpleNamespace(intra_op_threads=requested["intra_op_threads"],
                                         inter_op_threads=requested["inter_op_threads"])
         runtime.choose_cpu_allocator()  # before TF runs an op, as threads are

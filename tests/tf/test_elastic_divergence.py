@@ -76,3 +76,30 @@ def test_other_errors_pass_through_untouched(optimizer):
         elastic._raising_verdicts(broken)(state)
     with pytest.raises(HorovodInternalError):
         horovod_elastic.translate_ring_errors(elastic._raising_verdicts(broken))(state)
+
+
+def test_a_tape_loops_stopped_step_raises_the_tape_guards_typed_verdict():
+    """Issue 40: a GradientTape loop under hvd.elastic.run has no DistributedOptimizer;
+    the verdict is its tape guard's, kept by the job, and named as the tape's check."""
+    from horovod_train.keras import state as job
+    job.reset()
+    htk.init()
+    try:
+        guard = divergence_guard.source_guard(job.active(), [tf.Variable(1.0)], every=5)
+
+        @tf.function
+        def step(rows, update):
+            mask = divergence.differing_mask(rows)
+            guard.verdict.record(mask, update)
+            divergence_guard.stop_if_diverged(mask, update, divergence_guard.IN_TAPE)
+            return update
+        attempt = lambda *_: step(tf.constant(RANK_1_DIFFERS, tf.float64),  # noqa: E731
+                                  tf.constant(12, tf.int64))
+        with pytest.raises(divergence.RanksDiverged) as err:
+            elastic._raising_verdicts(attempt)(types.SimpleNamespace(optimizer=None))
+        assert str(err.value) == divergence.message([1], 12, divergence_guard.IN_TAPE)
+        guard.calls.assign(7)
+        divergence_guard.restart_source_guards(job.active())
+        assert int(guard.calls) == 0  # after an elastic sync, every rank starts again at 0
+    finally:
+        job.reset()

@@ -104,3 +104,12 @@ def test_common_imports_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=common.ROOT, timeout=60).stdout.strip()
     assert out == "False"
+
+
+def test_json_lines_keeps_a_result_mpirun_glued_to_the_next_lines_tag():
+    """mpirun prints a rank's line without its newline before the next tag: the result
+    was dropped, and a figure read another rank's (bench/tape_overhead.py found no rank 0)."""
+    text = ('[1,0]<stdout>:{"rank": 0, "ms": [1.5, 2]}[1,0]<stdout>:\n'
+            '[1,1]<stdout>:{"rank": 1, "ms": [1.5, 2]}[1,2]<stdout>:{"rank": 2}[1,2]<stdout>:\n'
+            '[1,3]<stdout>:{"rank": 3, "cut": [1, \n')
+    assert [r["rank"] for r in common.json_lines(text)] == [0, 1, 2]

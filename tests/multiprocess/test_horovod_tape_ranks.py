@@ -1,0 +1,88 @@
+"""Issue 40: a Horovod GradientTape script (horovod_style/tape_mnist_digits.py, `import
+horovod_train.tensorflow as hvd`) on 2 real ranks under horovodrun --gloo, --mpi and as
+2 MWMS workers (python -m launch run --backend mwms): one launch each, many checks.
+
+Every rank runs in its own directory (rank0/, rank1/) and the checkpoint path is
+relative, so a file written by a non-chief rank would show up in rank1/. Each rank
+starts from its own random weights, so equal digests at the end mean the API made the
+ranks equal; under gloo the script leaves its first-batch broadcast out, and the tape's
+first-call broadcast must make them equal on its own.
+"""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from helpers import ROOT, run_cli
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "horovod_style", "tape_mnist_digits.py")
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+# Runs a script inside <base>/rank<N>/: N from horovodrun's, mpirun's or TF_CONFIG's rank.
+IN_RANK_DIR = ("import json, os, runpy, sys; e = os.environ; "
+               "r = e.get('HOROVOD_RANK', e.get('OMPI_COMM_WORLD_RANK')) or "
+               "str(json.loads(e['TF_CONFIG'])['task']['index']); "
+               "d = os.path.join(sys.argv[1], 'rank' + r); os.makedirs(d, exist_ok=True); "
+               "os.chdir(d); sys.argv = sys.argv[2:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+CHECK_EVERY = 4
+STEPS = 3 * (700 // 32)
+
+pytestmark = pytest.mark.slow
+
+
+def launcher(kind):
+    if kind == "mwms":
+        return [sys.executable, "-m", "launch", "run", "-H", "localhost:2", "--backend",
+                "mwms", "--"]
+    return [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{kind}"]
+
+
+@pytest.mark.parametrize("kind,broadcast", [("gloo", False), ("mpi", True), ("mwms", True)])
+def test_tape_script_on_two_ranks(tmp_path, kind, broadcast):
+    if kind != "mwms":
+        pytest.importorskip("horovod.tensorflow")
+    argv = [*launcher(kind), sys.executable, "-c", IN_RANK_DIR, str(tmp_path), SCRIPT,
+            f"--result={tmp_path}/result-{{rank}}.json", f"--check_every={CHECK_EVERY}",
+            *([] if broadcast else ["--no_broadcast"])]
+    proc = run_cli(argv, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    r0, r1 = (json.loads((tmp_path / f"result-{r}.json").read_text()) for r in range(2))
+
+    # One model: identical weights, the same accuracy, every step applied once.
+    assert r0["digest"] == r1["digest"], "ranks diverged"
+    assert r0["size"] == r1["size"] == 2
+    assert r0["optimizer_steps"] == r1["optimizer_steps"] == STEPS
+    assert r0["accuracy"] == r1["accuracy"] >= 0.9, (r0["accuracy"], r1["accuracy"])
+    # The chief alone prints and writes its checkpoint.
+    assert re.search(r"Step #60\tLoss: [0-9.]+", proc.stdout)
+    assert len(re.findall(r"Step #0\t", proc.stdout)) == 1
+    assert os.listdir(tmp_path / "rank0") == ["checkpoint.weights.h5"]
+    assert os.listdir(tmp_path / "rank1") == []
+
+    # The collectives, by Horovod's meaning.
+    c0, c1 = r0["collectives"], r1["collectives"]
+    for c in (c0, c1):
+        assert c["allreduce_sum"] == 1.0 and c["allreduce_avg"] == 0.5
+        assert c["grouped"] == [2.0, 1.0]
+        assert c["allgather_rows"] == [0.0, 1.0, 1.0]  # 1 row from rank 0, 2 from rank 1
+        assert c["grouped_allgather"] == [3, 3]
+        assert c["broadcast"] == 6.0  # from rank 1
+        assert c["broadcast_object"] == {"from": 0}
+        assert c["allgather_object"] == ["r0", "r1"]
+        assert c["reducescatter"] == [3.0, 3.0]  # 1 + 2, this rank's 2 of 4 rows
+        assert c["sparse_dense"] == [[0.5, 0.5], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+    assert c0["alltoall"] == [[0.0, 10.0], [1, 1]]
+    assert c1["alltoall"] == [[1.0, 1.0, 11.0, 11.0], [2, 2]]
+    if kind == "mwms":
+        assert c0["join"].startswith("UsageError: hvd.join: received a call under the 'mwms'")
+        assert "Fix: give every rank the same number of steps" in c0["join"]
+    else:
+        assert c0["join"] == c1["join"] in (0, 1)
+
+    # A rank that changed a weight on its own is named by the guard, on every rank alike.
+    assert r0["drift_error"] == r1["drift_error"]
+    assert "ranks diverged: rank 1 holds other weights than rank 0" in r0["drift_error"]
+    assert "checked at an in-step check of DistributedGradientTape" in r0["drift_error"]
