@@ -437,11 +437,17 @@ def tree_state(module: str) -> str:
 
 def shown_command(argv) -> str:
     """The command as the doc shows it: this machine's Horovod git dir is no reader's, so
-    --horovod_repo's value is a placeholder."""
-    shown, hide = [], False
+    --horovod_repo's value is a placeholder, and --keep's scratch dir is left out."""
+    shown, hide, drop = [], False, False
     for arg in argv:
+        if drop or arg.startswith("--keep="):  # a scratch dir of this machine: no result
+            drop = False
+            continue
         if hide:
             arg, hide = REPO_PLACEHOLDER, False
+        elif arg == "--keep":
+            drop = True
+            continue
         elif arg == "--horovod_repo":
             hide = True
         elif arg.startswith("--horovod_repo="):

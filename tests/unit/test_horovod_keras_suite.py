@@ -187,6 +187,8 @@ def test_the_shown_command_hides_this_machines_horovod_repo():
     assert shown == ("python scripts/horovod_keras_suite.py --horovod_repo HOROVOD_GIT_DIR "
                      "--module horovod.tensorflow.keras --markdown 'docs/x y.md'")
     assert suite.shown_command(["--horovod_repo=/srv/h"]).endswith("--horovod_repo=HOROVOD_GIT_DIR")
+    assert suite.shown_command(["--keep", "/tmp/k", "--np", "2", "--keep=/tmp/j"]) == \
+        "python scripts/horovod_keras_suite.py --np 2"
 
 
 # A made-up file in the style of the TF core API tests, and its helper (not Horovod's text).

@@ -1,5 +1,5 @@
 """The Horovod-examples runner's pure parts: each example's mends match Horovod's v0.28.1
-text exactly once (when a Horovod git dir is at hand), the --against families, the case
+text exactly once (with HOROVOD_GIT_DIR naming a Horovod git dir), the --against families, the case
 list and the launch argv/env builders. No TF, no ranks."""
 import argparse
 import importlib.util
@@ -16,7 +16,7 @@ _spec = importlib.util.spec_from_file_location(
 examples = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(examples)
 
-HOROVOD_GIT = os.environ.get("HOROVOD_GIT_DIR", "/work/.mirror/horovod+horovod/repo")
+HOROVOD_GIT = os.environ.get("HOROVOD_GIT_DIR")  # a Horovod git dir; unset: those tests skip
 REV = "v0.28.1"
 
 
@@ -28,6 +28,8 @@ def args(**kw):
 
 
 def horovod_text(example):
+    if not HOROVOD_GIT:
+        pytest.skip("set HOROVOD_GIT_DIR to a Horovod git dir to check the mends against it")
     proc = subprocess.run(["git", "--git-dir", HOROVOD_GIT, "show",
                            f"{REV}:{examples.EXAMPLES[example].path}"],
                           capture_output=True, text=True)
