@@ -1,13 +1,21 @@
-"""Runs Horovod's own TF2 Keras test file against a Keras API module, as a yardstick.
+"""Runs one of Horovod's own TF2 test files against an API module, as a yardstick.
 
     python scripts/horovod_keras_suite.py FILE [--markdown docs/horovod_keras_suite.md]
     python scripts/horovod_keras_suite.py --horovod_repo DIR --module horovod.tensorflow.keras
+    python scripts/horovod_keras_suite.py --suite tensorflow --horovod_repo DIR \
+        --module horovod.tensorflow --controller mpi --markdown docs/horovod_tensorflow_suite.md
 
-The file is written for Keras 2, so it is mended at run time, in a temp dir, by the named
-rewrites in MENDS: only the test code's own Keras usage (never what a test asserts of the
-API), and its two Horovod imports, which become the module under test. pytest then runs in
-each of 2 ranks under horovodrun, as Horovod's CI runs it, each rank writing its own junit
-file; one table row a test (parameterized cases apart). Exit 0 when it ran, 2 on bad input.
+--suite keras (the default) runs test/parallel/test_tensorflow2_keras.py against a Keras API
+module (horovod_train.keras); --suite tensorflow runs test/parallel/test_tensorflow.py, the
+TF core API file, against horovod_train.tensorflow, with the two helper files it imports
+(test/parallel/base_test_tensorflow.py, test/utils/common.py), laid out as in Horovod's tree.
+The files are written for Keras 2 and an older TF, so they are mended at run time, in a temp
+dir, by the named rewrites of the suite (MENDS, TF_MENDS): only the test code's own
+Keras/TF usage (never what a test asserts of the API), and its Horovod imports, which become
+the module under test. pytest then runs in each of 2 ranks under horovodrun, as Horovod's CI
+runs it, each rank writing its own junit file; one table row a test (parameterized cases
+apart; a test TF runs in graph and eager mode is one row, failed if either mode failed).
+Exit 0 when it ran, 2 on bad input.
 """
 import argparse
 import collections
@@ -22,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 import xml.etree.ElementTree as ET
 
@@ -29,7 +38,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 HOROVODRUN = os.path.join(os.path.dirname(PY), "horovodrun")
 REPO_PLACEHOLDER = "HOROVOD_GIT_DIR"  # a clone's .git, e.g. of github.com/horovod/horovod
-TEST_PATH = "test/parallel/test_tensorflow2_keras.py"  # where Horovod keeps it
 FILE_NAME = "test_tensorflow2_keras.py"
 HOROVOD_MODULE = "horovod.tensorflow.keras"
 NEEDED = ("pytest", "parameterized", "packaging")  # what the test file itself imports
@@ -41,7 +49,23 @@ class BadInput(Exception):
 
 
 # pattern: a multiline regex; replacement: re.sub's, which may name {module}, {keras_module}
-Mend = collections.namedtuple("Mend", "name pattern replacement why")
+# path: the file it mends, relative to Horovod's test/ dir; None: the test file itself
+Mend = collections.namedtuple("Mend", "name pattern replacement why path", defaults=(None,))
+
+VARIABLE_KEY_WHY = ("Keras 3 layer weights are keras.Variable, which has no tf.Variable.ref(); "
+                    "its TF-backend .value is the tf.Variable, so both kinds key a dict alike")
+
+
+def variable_key_mends(anchor):
+    """The test's own .ref() keys of Keras weights, and the helper, defined before `anchor`."""
+    return (
+        Mend("variable-ref", r"\b(\w+)\.ref\(\)", r"_variable_key(\1)",
+             "the test keys Keras weights by .ref(); before variable-key-helper, whose .ref() "
+             "stays"),
+        Mend("variable-key-helper", rf"^({anchor})",
+             "def _variable_key(v):\n"
+             "    return v.ref() if hasattr(v, 'ref') else v.value.ref()\n\n\n\\1",
+             VARIABLE_KEY_WHY))
 
 
 MENDS = (
@@ -69,17 +93,37 @@ MENDS = (
     Mend("update-step-signature", r"def update_step\(self, gradient, variable\):",
          "def update_step(self, gradient, variable, learning_rate=None):",
          "Keras 3 calls update_step(gradient, variable, learning_rate)"),
-    Mend("variable-ref", r"\b(\w+)\.ref\(\)", r"_variable_key(\1)",
-         "the test keys Keras weights by .ref(); before variable-key-helper, whose .ref() stays"),
-    Mend("variable-key-helper", r"^(_PRE_TF_2_2_0 = )",
-         "def _variable_key(v):\n"
-         "    return v.ref() if hasattr(v, 'ref') else v.value.ref()\n\n\n\\1",
-         "Keras 3 layer weights are keras.Variable, which has no tf.Variable.ref(); its "
-         "TF-backend .value is the tf.Variable, so both kinds key a dict alike"),
+    *variable_key_mends("_PRE_TF_2_2_0 = "),
     Mend("aggregate-argument", r",\s*experimental_aggregate_gradients=False", "",
          "Keras 3 apply_gradients(grads_and_vars) has no such argument; it never aggregates "
          "across replicas itself, which is what the TF 2.2 argument switched off"),
 )
+
+TF_MENDS = (
+    Mend("import-hvd", r"^import horovod\.tensorflow as hvd$", "import {module} as hvd",
+         "the module under test stands where the file imports Horovod's TF API"),
+    Mend("batchnorm-fused", r"BatchNormalization\(axis=1, fused=False\)",
+         "BatchNormalization(axis=1)",
+         "Keras 3 BatchNormalization refuses fused= (Keras 2's choice of kernel, same math); the "
+         "plain layer is the reference the test compares hvd.SyncBatchNormalization with"),
+    *variable_key_mends("_IS_TF2 = "),
+    Mend("mock-stdlib", r"^import mock$", "from unittest import mock",
+         "the helper file imports the mock backport, which is not installed here; unittest.mock "
+         "is the same API in the standard library", path="utils/common.py"),
+)
+
+# One suite a Horovod test file: where it lives, the helper files it imports (paths
+# relative to Horovod's test/ dir, as is its own), its mends, what it imports.
+Suite = collections.namedtuple(
+    "Suite", "name test_path helpers horovod_module default_module mends needed")
+SUITES = {
+    "keras": Suite("keras", "parallel/test_tensorflow2_keras.py", (), HOROVOD_MODULE,
+                   "horovod_train.keras", MENDS, NEEDED),
+    "tensorflow": Suite("tensorflow", "parallel/test_tensorflow.py",
+                        ("parallel/base_test_tensorflow.py", "utils/common.py"),
+                        "horovod.tensorflow", "horovod_train.tensorflow", TF_MENDS,
+                        ("pytest", "packaging", "cloudpickle")),
+}
 
 
 def mend_lines(applied, code="") -> list:
@@ -93,39 +137,60 @@ def keras_module_for(module: str) -> str:
     return "horovod.keras" if module == HOROVOD_MODULE else module
 
 
-def apply_mends(source: str, module: str, mends=MENDS):
-    """(mended source, [(mend, count)]): each mend applied everywhere it matches."""
+def apply_mends(source: str, module: str, mends=MENDS, path=None):
+    """(mended source, [(mend, count)]): each of the mends for the file at `path` (None:
+    the test file) applied everywhere it matches."""
     applied = []
-    for mend in mends:
+    for mend in (m for m in mends if m.path == path):
         replacement = mend.replacement.format(module=module, keras_module=keras_module_for(module))
         source, count = re.subn(mend.pattern, replacement, source, flags=re.M)
         applied.append((mend, count))
     return source, applied
 
 
-def read_source(path, horovod_repo, ref="HEAD") -> str:
-    """The test file's text, from a path or from a bare git dir of Horovod."""
+def read_source(path, horovod_repo, ref="HEAD", rel=None) -> str:
+    """A file's text, from a path or from a bare git dir of Horovod (at test/rel there;
+    default rel: the Keras test file)."""
+    rel = rel or SUITES["keras"].test_path
+    name = os.path.basename(rel)
     if (path is None) == (horovod_repo is None):
         raise BadInput(f"got file={path!r} and --horovod_repo={horovod_repo!r}; expected exactly "
-                       f"one of them; fix: pass the path of {FILE_NAME} or --horovod_repo DIR")
+                       f"one of them; fix: pass the path of {name} or --horovod_repo DIR")
     if path is not None:
         if not os.path.isfile(path):
-            raise BadInput(f"got {path!r}, which is not a file; expected Horovod's {FILE_NAME}; "
-                           f"fix: pass its path, or --horovod_repo DIR to take it from git")
+            raise BadInput(f"got {path!r}, which is not a file; expected Horovod's {name}; "
+                           f"fix: pass its path in Horovod's test/ tree, or --horovod_repo DIR "
+                           f"to take it from git")
         with open(path, encoding="utf-8") as f:
             return f.read()
-    proc = subprocess.run(["git", "--git-dir", horovod_repo, "show", f"{ref}:{TEST_PATH}"],
+    proc = subprocess.run(["git", "--git-dir", horovod_repo, "show", f"{ref}:test/{rel}"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BadInput(f"got --horovod_repo {horovod_repo!r}, where git show {ref}:{TEST_PATH} "
+        raise BadInput(f"got --horovod_repo {horovod_repo!r}, where git show {ref}:test/{rel} "
                        f"failed ({(proc.stderr.strip().splitlines() or ['?'])[-1]}); expected a "
                        f"Horovod git dir; fix: pass the repo's .git (or bare) directory")
     return proc.stdout
 
 
-def check_importable(module: str, python=PY, timeout=300):
+def mended_files(suite, test_file, horovod_repo, ref, module):
+    """({path under test/: mended text}, [(mend, count)]) for the suite's test file and its
+    helpers; with a test_file path, the helpers come from the test/ tree it lies in."""
+    files, applied = {}, []
+    tree = test_file and os.path.dirname(os.path.dirname(os.path.abspath(test_file)))
+    for rel in (suite.test_path, *suite.helpers):
+        path = test_file if rel == suite.test_path or not test_file else os.path.join(tree, rel)
+        source = read_source(path, horovod_repo, ref, rel)
+        files[rel], counts = apply_mends(source, module, suite.mends,
+                                         None if rel == suite.test_path else rel)
+        applied += counts
+    return files, applied
+
+
+def check_importable(module: str, python=PY, timeout=300, suite=None):
     """Imports the module, and what the test file needs, in a child (TF stays out of here)."""
-    names = [module, *NEEDED]
+    suite = suite or SUITES["keras"]
+    needed = NEEDED if suite.name == "keras" else suite.needed  # NEEDED: patchable in tests
+    names = [module, *needed]
     code = ("import importlib, sys\nfor n in sys.argv[1:]:\n"
             "    try: importlib.import_module(n)\n"
             "    except Exception as e:\n"
@@ -135,10 +200,11 @@ def check_importable(module: str, python=PY, timeout=300):
     if proc.returncode != 0:
         name, _, what = (proc.stdout.strip().splitlines() or
                          ["?\t" + proc.stderr.strip()[-200:]])[0].partition("\t")
-        fix = (f"pip install {name}" if name in NEEDED else "pass --module horovod_train.keras "
-               "or horovod.tensorflow.keras, and run from the repo's virtualenv")
+        fix = (f"pip install {name}" if name in needed else f"pass --module "
+               f"{suite.default_module} or {suite.horovod_module}, and run from the repo's "
+               "virtualenv")
         raise BadInput(f"got --module {module!r}, but importing {name} failed: {what}; expected "
-                       f"it and the test file's {', '.join(NEEDED)} to import; fix: {fix}")
+                       f"it and the test file's {', '.join(needed)} to import; fix: {fix}")
 
 
 def child_env() -> dict:
@@ -159,7 +225,7 @@ RANK_WRAPPER = """
 import json, os, sys, pytest
 rank = os.environ.get('HOROVOD_RANK') or os.environ.get('OMPI_COMM_WORLD_RANK') or '0'
 out, args = sys.argv[1], sys.argv[2:]
-log = open(os.path.join(out, 'rank%s.progress' % rank), 'w', buffering=1)
+log = open(os.path.join(out, 'rank%s.progress' % rank), 'a', buffering=1)  # rounds add
 class Progress:
     def pytest_runtest_logstart(self, nodeid, location):
         log.write(json.dumps(dict(test=nodeid, when='start', outcome='started')) + '\\n')
@@ -192,20 +258,69 @@ def kill_marked(mark: str):
             continue  # gone already, or not ours to read
 
 
-def run_suite(argv, cwd, log_path, timeout):
-    """Exit code of the launcher, or "TIMEOUT" (then everything it started is killed)."""
+def _last_change(paths) -> float:
+    return max([os.path.getmtime(p) for p in paths if os.path.exists(p)], default=0.0)
+
+
+def run_suite(argv, cwd, log_path, timeout, progress=(), test_timeout=None, mode="w"):
+    """Exit code of the launcher, "TIMEOUT", or "STALLED" when no progress file grew for
+    test_timeout seconds (a test hangs: a collective one rank never joins); on either,
+    everything it started is killed."""
     mark = uuid.uuid4().hex
-    with open(log_path, "w") as log:
+    start, started_at = time.monotonic(), time.time()
+    with open(log_path, mode) as log:
         proc = subprocess.Popen(argv, cwd=cwd, env={**child_env(), MARK: mark},
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            kill_marked(mark)  # horovodrun starts ranks in sessions of their own
-            return "TIMEOUT"
+        outcome = None
+        while outcome is None:
+            try:
+                return proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - start > timeout:
+                    outcome = "TIMEOUT"
+                elif test_timeout and time.time() - max(_last_change(progress),
+                                                        started_at) > test_timeout:
+                    outcome = "STALLED"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kill_marked(mark)  # horovodrun starts ranks in sessions of their own
+        return outcome
+
+
+def reported_tests(progress_texts) -> list:
+    """The node ids any rank's progress file started (a rerun deselects them)."""
+    ids = []
+    for text in progress_texts:
+        for line in text.splitlines():
+            try:
+                test = json.loads(line)["test"]
+            except (ValueError, KeyError):
+                continue
+            if test not in ids:
+                ids.append(test)
+    return ids
+
+
+def run_rounds(args, test_file, work, extra):
+    """Runs the suite; after a hung test, kills the job and runs the tests no rank started
+    yet, again (the hung test stays 'hung'), within --timeout in all. Returns (the last
+    round's exit code, the hung rounds' count)."""
+    log_path = os.path.join(work, "launcher.log")
+    progress = [os.path.join(work, f"rank{r}.progress") for r in range(args.np_)]
+    deadline, stalls, deselect = time.monotonic() + args.timeout, 0, []
+    while True:
+        argv_run = launch_argv(test_file, work, args.controller, args.np_,
+                               [*extra, *(f"--deselect={t}" for t in deselect)])
+        code = run_suite(argv_run, os.path.dirname(test_file), log_path,
+                         max(1.0, deadline - time.monotonic()), progress, args.test_timeout,
+                         "a" if stalls else "w")
+        if code != "STALLED":
+            return code, stalls
+        stalls += 1
+        for path in glob.glob(os.path.join(work, "rank*.xml")):  # junit of a cut round
+            os.remove(path)
+        deselect = reported_tests([open(p).read() for p in progress if os.path.exists(p)])
 
 
 # status: passed, failed, error, skipped, hung (cut off by the timeout), missing
@@ -227,9 +342,12 @@ def parse_junit(xml_text: str) -> dict:
     status = {"failure": "failed", "error": "error", "skipped": "skipped"}
     results = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
+        # A test run as subtests (TF's graph and eager modes) has one child per mode that did
+        # not pass: a failure outranks an error, which outranks a skip, in any order.
+        children = sorted((c for c in case if c.tag in status), key=lambda c: list(status).index(c.tag))
         results[case.get("name")] = next(
             (Outcome(status[c.tag], one_line(c.get("message") or c.text or ""))
-             for c in case if c.tag in status), Outcome("passed"))
+             for c in children), Outcome("passed"))
     # tf.test.TestCase.test_session: a helper pytest collects by its name, and skips
     return {n: o for n, o in results.items() if o.message != "Not a test."}
 
@@ -252,17 +370,19 @@ def parse_progress(text: str) -> dict:
             results[name] = Outcome("failed" if when == "call" else "error", message)
         elif outcome == "skipped":
             results[name] = Outcome("skipped", message)
-        elif when == "call":
+        elif when == "call" and results.get(name, Outcome("")).status != "skipped":
+            # a test run as subtests (graph and eager mode) that skipped in one stays
+            # skipped, as junit has it
             results[name] = Outcome("passed")
     return {n: o for n, o in results.items() if not o.message.endswith("Not a test.")}
 
 
-def read_ranks(out_dir: str, np_=2) -> list:
+def read_ranks(out_dir: str, np_=2, junit=True) -> list:
     """One {name: Outcome} a rank, from junit, else its progress file; None: neither."""
     ranks = []
     for rank in range(np_):
         path = os.path.join(out_dir, f"rank{rank}")
-        if os.path.exists(path + ".xml"):
+        if junit and os.path.exists(path + ".xml"):
             ranks.append(parse_junit(open(path + ".xml").read()))
         else:  # cut off before pytest wrote junit: what the progress file saw
             ranks.append(parse_progress(open(path + ".progress").read())
@@ -317,11 +437,17 @@ def tree_state(module: str) -> str:
 
 def shown_command(argv) -> str:
     """The command as the doc shows it: this machine's Horovod git dir is no reader's, so
-    --horovod_repo's value is a placeholder."""
-    shown, hide = [], False
+    --horovod_repo's value is a placeholder, and --keep's scratch dir is left out."""
+    shown, hide, drop = [], False, False
     for arg in argv:
+        if drop or arg.startswith("--keep="):  # a scratch dir of this machine: no result
+            drop = False
+            continue
         if hide:
             arg, hide = REPO_PLACEHOLDER, False
+        elif arg == "--keep":
+            drop = True
+            continue
         elif arg == "--horovod_repo":
             hide = True
         elif arg.startswith("--horovod_repo="):
@@ -330,10 +456,18 @@ def shown_command(argv) -> str:
     return " ".join(["python scripts/horovod_keras_suite.py", *shown])
 
 
-def markdown_section(module, rows, applied, command, code, np_=2, state="") -> str:
+def section_key(module, controller="gloo") -> str:
+    """A section's marker: the module, and the controller unless it is Gloo (the default,
+    whose sections predate the controller in the key)."""
+    return module if controller == "gloo" else f"{module}:{controller}"
+
+
+def markdown_section(module, rows, applied, command, code, np_=2, state="",
+                     controller="gloo") -> str:
     """One module's section: date, command, mends, table, counts (between markers)."""
     today = datetime.date.today().isoformat()
-    lines = [f"<!-- suite:{module} -->", f"## `{module}` ({today})", "",
+    key = section_key(module, controller)
+    lines = [f"<!-- suite:{key} -->", f"## `{module}`, {controller} ({today})", "",
              f"Command: `{command}`  ", f"Code: {state or 'not recorded'}  ",
              f"Launcher exit code: {code}", "", "Mends applied:", ""]
     lines += [f"- {line}" for line in mend_lines(applied, code="`")]
@@ -343,18 +477,26 @@ def markdown_section(module, rows, applied, command, code, np_=2, state="") -> s
     for name, cells, err in rows:
         err = err.replace("|", "\\|").replace("`", "'")  # a table cell, as markdown reads it
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {err} |")
-    lines += ["", f"**{summary(rows)}.**", f"<!-- /suite:{module} -->"]
+    lines += ["", f"**{summary(rows)}.**", f"<!-- /suite:{key} -->"]
     return "\n".join(lines)
 
 
-DOC_HEAD = (f"# Horovod's Keras test suite as a yardstick\n\nHorovod's own `{TEST_PATH}`, "
-            "mended for Keras 3 at run time, run by pytest in 2 ranks under horovodrun against "
-            "each module below (sections written by `scripts/horovod_keras_suite.py`).\n")
+def doc_head(suite=None) -> str:
+    suite = suite or SUITES["keras"]
+    title = "Keras" if suite.name == "keras" else "TensorFlow"
+    return (f"# Horovod's {title} test suite as a yardstick\n\nHorovod's own "
+            f"`test/{suite.test_path}`, mended for Keras 3 at run time, run by pytest in 2 ranks "
+            "under horovodrun against each module below (sections written by "
+            f"`scripts/horovod_keras_suite.py{'' if suite.name == 'keras' else ' --suite ' + suite.name}`).\n")
 
 
-def write_markdown(path, module, section):
-    """Replaces this module's section in the file (other text and sections stay)."""
-    text = open(path).read() if os.path.exists(path) else DOC_HEAD
+DOC_HEAD = doc_head()
+
+
+def write_markdown(path, module, section, suite=None):
+    """Replaces the section with this key (a module, or module:controller) in the file
+    (other text and sections stay)."""
+    text = open(path).read() if os.path.exists(path) else doc_head(suite)
     mark = re.escape(module)
     pattern = re.compile(rf"<!-- suite:{mark} -->.*?<!-- /suite:{mark} -->", re.S)
     text = pattern.sub(lambda _m: section, text) if pattern.search(text) else \
@@ -365,13 +507,20 @@ def write_markdown(path, module, section):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("test_file", nargs="?", help=f"Horovod's {FILE_NAME}")
-    p.add_argument("--horovod_repo", help=f"a Horovod git dir to take {TEST_PATH} from")
+    p.add_argument("test_file", nargs="?", help=f"Horovod's {FILE_NAME} (or, with --suite "
+                   "tensorflow, test_tensorflow.py, its helpers taken from the same test/ tree)")
+    p.add_argument("--suite", choices=sorted(SUITES), default="keras",
+                   help="keras: test_tensorflow2_keras.py; tensorflow: test_tensorflow.py")
+    p.add_argument("--horovod_repo", help="a Horovod git dir to take the test file from")
     p.add_argument("--ref", default="HEAD", help="the commit to take it at (with --horovod_repo)")
-    p.add_argument("--module", default="horovod_train.keras", help="the Keras API under test")
+    p.add_argument("--module", help="the API under test (default: horovod_train.keras, or "
+                   "horovod_train.tensorflow with --suite tensorflow)")
     p.add_argument("--controller", choices=("gloo", "mpi"), default="gloo")
     p.add_argument("--np", type=int, default=2, dest="np_", help="ranks (Horovod's CI: 2)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
+    p.add_argument("--test_timeout", type=float, default=120.0,
+                   help="seconds without a test event before the run counts the current test "
+                   "as hung, is killed, and goes on with the tests not started (0: never)")
     p.add_argument("--markdown", help="also write the table into this markdown file")
     p.add_argument("--keep", help="keep the mended file, logs and junit files in this dir")
     p.add_argument("-k", dest="select", help="pytest -k expression (a subset, for a quick look)")
@@ -380,43 +529,50 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    suite = SUITES[args.suite]
+    args.module = args.module or suite.default_module
     try:
         if not os.path.exists(HOROVODRUN) or args.np_ < 1:
             raise BadInput(f"got {HOROVODRUN} (exists: {os.path.exists(HOROVODRUN)}) and --np "
                            f"{args.np_}; expected horovodrun beside this python and --np >= 1; "
                            f"fix: run with the virtualenv's python (make setup builds Horovod)")
-        source = read_source(args.test_file, args.horovod_repo, args.ref)
-        check_importable(args.module)
+        files, applied = mended_files(suite, args.test_file, args.horovod_repo, args.ref,
+                                      args.module)
+        check_importable(args.module, suite=suite)
     except BadInput as e:
         print(f"horovod_keras_suite: {e}", file=sys.stderr)
         return 2
-    mended, applied = apply_mends(source, args.module)
     print("mends:\n" + "\n".join(f"  {line}" for line in mend_lines(applied)))
-    work = args.keep or tempfile.mkdtemp(prefix="hvd-keras-suite-")
-    os.makedirs(work, exist_ok=True)
+    work = args.keep or tempfile.mkdtemp(prefix=f"hvd-{suite.name}-suite-")
     for stale in glob.glob(os.path.join(work, "rank*.*")):  # a kept dir's earlier run
         os.remove(stale)
-    test_file = os.path.join(work, FILE_NAME)
-    with open(test_file, "w") as f:
-        f.write(mended)
+    for rel, text in files.items():  # laid out as in Horovod's tree: test/parallel, test/utils
+        os.makedirs(os.path.dirname(os.path.join(work, "test", rel)), exist_ok=True)
+        with open(os.path.join(work, "test", rel), "w") as f:
+            f.write(text)
+    test_file = os.path.join(work, "test", suite.test_path)
     extra = ["-k", args.select] if args.select else []
-    argv_run = launch_argv(test_file, work, args.controller, args.np_, extra)
+    code, stalls = run_rounds(args, test_file, work, extra)
     log_path = os.path.join(work, "launcher.log")
-    code = run_suite(argv_run, work, log_path, args.timeout)
-    ranks = read_ranks(work, args.np_)
+    # After a restart, the last round's junit knows only its own tests: read progress files.
+    ranks = read_ranks(work, args.np_, junit=not stalls)
+    if stalls:
+        code = f"{code} after {stalls} restart{'s' if stalls > 1 else ''} past hung tests"
     rows = build_rows(ranks)
     state = tree_state(args.module)
     print(f"\nmodule {args.module}, {args.controller}, {args.np_} ranks, launcher exit {code}, "
           f"code: {state} (log: {log_path})\n")
     print(text_table(rows, args.np_))
     print(f"\n{summary(rows)}")
-    if code == "TIMEOUT" or any(r is None for r in ranks):
-        print(f"\n(timed out or a rank wrote no report; the log's last lines:)\n"
+    if code != 0 and not isinstance(code, int) or any(r is None for r in ranks):
+        print(f"\n(timed out, restarted past a hung test, or a rank wrote no report; the "
+              f"log's last lines:)\n"
               + "\n".join(open(log_path, errors="replace").read().splitlines()[-15:]))
     if args.markdown:
         shown = shown_command(argv if argv is not None else sys.argv[1:])
-        write_markdown(args.markdown, args.module,
-                       markdown_section(args.module, rows, applied, shown, code, args.np_, state))
+        write_markdown(args.markdown, section_key(args.module, args.controller),
+                       markdown_section(args.module, rows, applied, shown, code, args.np_, state,
+                                        args.controller), suite)
     return 0
 
 

@@ -187,3 +187,89 @@ def test_the_shown_command_hides_this_machines_horovod_repo():
     assert shown == ("python scripts/horovod_keras_suite.py --horovod_repo HOROVOD_GIT_DIR "
                      "--module horovod.tensorflow.keras --markdown 'docs/x y.md'")
     assert suite.shown_command(["--horovod_repo=/srv/h"]).endswith("--horovod_repo=HOROVOD_GIT_DIR")
+    assert suite.shown_command(["--keep", "/tmp/k", "--np", "2", "--keep=/tmp/j"]) == \
+        "python scripts/horovod_keras_suite.py --np 2"
+
+
+# A made-up file in the style of the TF core API tests, and its helper (not Horovod's text).
+TF_SOURCE = """import horovod.tensorflow as hvd
+
+_IS_TF2 = True
+
+def test_bn(self):
+    bn = tf.keras.layers.BatchNormalization(axis=1, fused=False)
+    grads = {var.ref(): g for var, g in zip(model.trainable_weights, gradients)}
+    self.assertEqual(hvd.size(), 2)
+"""
+TF_COMMON = "import os\nimport mock\n"
+
+
+def test_the_tensorflow_suite_mends_its_file_and_helpers_from_a_test_tree(tmp_path):
+    tf_suite = suite.SUITES["tensorflow"]
+    for rel, text in ((tf_suite.test_path, TF_SOURCE), ("utils/common.py", TF_COMMON),
+                      ("parallel/base_test_tensorflow.py", "import os\n")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    files, applied = suite.mended_files(tf_suite, str(tmp_path / tf_suite.test_path), None,
+                                        "HEAD", "horovod_train.tensorflow")
+    test = files[tf_suite.test_path]
+    assert test.startswith("import horovod_train.tensorflow as hvd\n")
+    assert "BatchNormalization(axis=1)" in test
+    assert "{_variable_key(var): g for" in test and "def _variable_key(v):" in test
+    assert files["utils/common.py"] == "import os\nfrom unittest import mock\n"
+    assert files["parallel/base_test_tensorflow.py"] == "import os\n"
+    assert {m.name: n for m, n in applied} == {
+        "import-hvd": 1, "batchnorm-fused": 1, "variable-ref": 1, "variable-key-helper": 1,
+        "mock-stdlib": 1}
+    asserts = [ln for ln in test.splitlines() if "assert" in ln]
+    assert asserts == ["    self.assertEqual(hvd.size(), 2)"]
+
+
+def test_horovods_own_tensorflow_run_keeps_its_import_and_a_missing_helper_is_bad_input(
+        tmp_path):
+    tf_suite = suite.SUITES["tensorflow"]
+    text, _ = suite.apply_mends(TF_SOURCE, "horovod.tensorflow", tf_suite.mends)
+    assert text.startswith("import horovod.tensorflow as hvd\n")
+    (tmp_path / "parallel").mkdir()
+    (tmp_path / tf_suite.test_path).write_text(TF_SOURCE)
+    with pytest.raises(suite.BadInput, match=r"base_test_tensorflow\.py.*not a file.*fix:"):
+        suite.mended_files(tf_suite, str(tmp_path / tf_suite.test_path), None, "HEAD", "m")
+
+
+def test_a_failure_in_one_mode_outranks_a_skip_in_the_other():
+    junit = """<testsuites><testsuite><testcase classname="t.T" name="test_m">
+      <skipped message="Only in eager execution mode">s</skipped>
+      <failure message="ValueError: bad">f</failure></testcase></testsuite></testsuites>"""
+    assert suite.parse_junit(junit)["test_m"] == suite.Outcome("failed", "ValueError: bad")
+
+
+def test_sections_are_keyed_by_controller_except_gloos(tmp_path):
+    path = str(tmp_path / "tf.md")
+    for controller in ("gloo", "mpi", "mpi"):
+        key = suite.section_key("horovod.tensorflow", controller)
+        section = suite.markdown_section("horovod.tensorflow", [], [], "c", 0,
+                                         controller=controller)
+        suite.write_markdown(path, key, section, suite.SUITES["tensorflow"])
+    text = open(path).read()
+    assert text.startswith("# Horovod's TensorFlow test suite")
+    assert "`test/parallel/test_tensorflow.py`" in text
+    assert text.count("<!-- suite:horovod.tensorflow -->") == 1
+    assert text.count("<!-- suite:horovod.tensorflow:mpi -->") == 1
+    assert "## `horovod.tensorflow`, mpi (" in text
+
+
+def test_a_rerun_after_a_hang_deselects_every_test_a_rank_started():
+    rank0 = ('{"test": "f.py::T::test_a", "when": "start", "outcome": "started"}\n'
+             '{"test": "f.py::T::test_a", "when": "call", "outcome": "passed"}\n'
+             '{"test": "f.py::T::test_b", "when": "start", "outcome": "started"}\n{"te')
+    rank1 = '{"test": "f.py::T::test_c", "when": "start", "outcome": "started"}\n'
+    assert suite.reported_tests([rank0, rank1]) == ["f.py::T::test_a", "f.py::T::test_b",
+                                                    "f.py::T::test_c"]
+
+
+def test_a_test_skipped_in_one_mode_and_passed_in_the_other_reads_skipped_as_in_junit():
+    events = "\n".join(
+        '{"test": "f.py::T::test_g", "when": "%s", "outcome": "%s", "message": "%s"}' % e
+        for e in (("start", "started", ""), ("call", "skipped", "Skipped: No GPUs available"),
+                  ("call", "passed", ""), ("teardown", "passed", "")))
+    assert suite.parse_progress(events)["test_g"].status == "skipped"
