@@ -12,6 +12,11 @@ class UsageError(ValueError):
     """Bad user input; str(err) is the whole one-line message."""
 
 
+class NotSupported(UsageError, NotImplementedError):
+    """A call this package refuses where Horovod raises NotImplementedError: a Horovod
+    script's own `except NotImplementedError` still catches it."""
+
+
 def usage_error(what: str, received, expected: str, fix: str, kind=UsageError) -> UsageError:
     """Builds the standard message: `what: received X; expected Y. Fix: Z`; received None
     (nothing was given) reads `what: not given; ...` as in launch, never "received None".

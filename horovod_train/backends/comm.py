@@ -103,7 +103,7 @@ class Communicator:
 
     def _reduce(self, tensors, op: ReduceOp, prescale, postscale) -> list:
         """The backend's reduction of same-order, wire-typed tensors."""
-        return [_scaled(_scaled(t, prescale), postscale) for t in tensors]
+        return [scaled(scaled(t, prescale), postscale) for t in tensors]
 
     def reducescatter(self, tensor, op: ReduceOp = ReduceOp.AVERAGE):
         self.check_op(op)
@@ -119,12 +119,13 @@ class Communicator:
         """Rows of every rank, concatenated in rank order; the row counts may differ."""
         return tf.convert_to_tensor(tensor)
 
-    def alltoall(self, tensor, splits=None):
+    def alltoall(self, tensor, splits=None, name=None):
         """(rows received, their count from each rank): rank r sends splits[d] rows of
         `tensor` to rank d, in order; splits=None splits the first dimension evenly.
         Written once over allgather, so every backend has it: each rank gathers every
         rank's rows and keeps those sent to it (size x the bytes of a native
-        all-to-all, which a backend that has one overrides)."""
+        all-to-all, which a backend that has one overrides). `name` matches the ranks'
+        ops where the library matches by name (Horovod in graph mode)."""
         tensor = tf.convert_to_tensor(tensor)
         size, rank = self.info.size, self.info.rank
         splits = even_splits(tensor, size) if splits is None else tf.cast(
@@ -224,8 +225,14 @@ def even_splits(tensor, size: int):
     return tf.fill([size], tf.shape(tensor)[0] // size)
 
 
-def _scaled(tensor, factor):
-    return tensor if factor == 1.0 else tensor * tf.cast(factor, tensor.dtype)
+def scaled(tensor, factor):
+    """tensor * factor in the tensor's dtype; an integer tensor is scaled in float64
+    and truncated, as Horovod does (a 0.5 cast to int32 first would be 0)."""
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_floating or tensor.dtype.is_complex:
+        return tensor * tf.cast(factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
 
 
 def plain(variable):
@@ -243,11 +250,16 @@ def by_dtype(tensors) -> list[tuple]:
     return sorted(groups.items(), key=lambda kv: kv[0].name)
 
 
-def packed(tensors, reduce_flat) -> list:
+def packed(tensors, reduce_flat, keep_single_shape: bool = False) -> list:
     """reduce_flat applied to each dtype's tensors laid end to end, cut back into the
-    tensors' shapes: one collective per dtype, elementwise the same as one per tensor."""
+    tensors' shapes: one collective per dtype, elementwise the same as one per tensor.
+    keep_single_shape: a dtype's only tensor goes as it is (Horovod then refuses ranks
+    whose shapes differ, as it does for hvd.allreduce)."""
     out = [None] * len(tensors)
     for _, idx in by_dtype(tensors):
+        if len(idx) == 1 and keep_single_shape:
+            out[idx[0]] = reduce_flat(tensors[idx[0]])
+            continue
         flat = tf.concat([tf.reshape(tensors[i], [-1]) for i in idx], 0)
         reduced = reduce_flat(flat)
         for i, part in zip(idx, tf.split(reduced, [_count(tensors[i]) for i in idx])):

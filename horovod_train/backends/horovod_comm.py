@@ -30,7 +30,7 @@ class HorovodComm(comm.Communicator):
         rest = [i for i, t in enumerate(tensors) if t.dtype != tf.bfloat16]
         parts = [(halves, lambda ts: self._bf16_mean(ts, op, prescale, postscale)),
                  (rest, lambda ts: comm.packed(ts, lambda flat: self._allreduce(
-                     flat, op, prescale, postscale)))]
+                     flat, op, prescale, postscale), keep_single_shape=True))]
         for idx, reduce in parts:
             if idx:
                 for i, r in zip(idx, reduce([tensors[i] for i in idx])):
@@ -71,11 +71,12 @@ class HorovodComm(comm.Communicator):
     def allgather(self, tensor):
         return self._hvd.allgather(tf.convert_to_tensor(tensor))
 
-    def alltoall(self, tensor, splits=None):
+    def alltoall(self, tensor, splits=None, name=None):
         tensor = tf.convert_to_tensor(tensor)
         if splits is None:
-            return self._hvd.alltoall(tensor), comm.even_splits(tensor, self.info.size)
-        return self._hvd.alltoall(tensor, splits=tf.cast(splits, tf.int32))
+            return (self._hvd.alltoall(tensor, name=name),
+                    comm.even_splits(tensor, self.info.size))
+        return self._hvd.alltoall(tensor, splits=tf.cast(splits, tf.int32), name=name)
 
     def join(self):
         return self._hvd.join()

@@ -68,13 +68,13 @@ class MwmsComm(comm.Communicator):
 
     # ---- reductions ------------------------------------------------------------
     def _reduce(self, tensors, op: ReduceOp, prescale, postscale) -> list:
-        tensors = [comm._scaled(t, prescale) for t in tensors]
+        tensors = [comm.scaled(t, prescale) for t in tensors]
         if self.info.size > 1:
             final = "Div" if op is ReduceOp.AVERAGE else "Id"
             wide = [tf.cast(t, _reduce_dtype(t.dtype)) for t in tensors]
             reduced = self._reduce_grouped(wide, _MERGE[op], final, f"reduce/{op.value}")
             tensors = [tf.cast(r, t.dtype) for r, t in zip(reduced, tensors)]
-        return [comm._scaled(t, postscale) for t in tensors]
+        return [comm.scaled(t, postscale) for t in tensors]
 
     def reducescatter(self, tensor, op: ReduceOp = ReduceOp.AVERAGE):
         self.check_op(op)

@@ -10,8 +10,8 @@ naming it.
 
 import tensorflow as tf
 
-from horovod_train.backends.comm import ReduceOp
-from horovod_train.errors import UsageError
+from horovod_train.backends.comm import ReduceOp, scaled
+from horovod_train.errors import NotSupported, UsageError
 from horovod_train.keras import compression as comp
 from horovod_train.keras import state
 
@@ -177,6 +177,24 @@ def resolve_op(average, op) -> ReduceOp:
 
 
 def _compressed_allreduce(ops, tensors, op, compression, prescale, postscale):
+    """Dense tensors reduced in one grouped call; tf.IndexedSlices gathered
+    (sparse_allreduce), each in its place."""
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
+    if sparse:
+        if prescale != 1.0 or postscale != 1.0:
+            raise NotSupported(f"allreduce of tf.IndexedSlices: received prescale_factor="
+                               f"{prescale}, postscale_factor={postscale}; expected 1.0 (the "
+                               f"rows are gathered, not summed). Fix: scale the values "
+                               f"yourself, or pass sparse_as_dense=True")
+        out = list(tensors)
+        dense = [i for i in range(len(tensors)) if i not in sparse]
+        for i in sparse:
+            out[i] = sparse_allreduce(tensors[i], op)
+        reduced = _compressed_allreduce(ops, [tensors[i] for i in dense], op, compression,
+                                        prescale, postscale) if dense else []
+        for i, r in zip(dense, reduced):
+            out[i] = r
+        return out
     wire = comp.wire_name(compression)
     if wire:  # Compression.fp16/bf16: the communicator casts for the trip
         return ops.grouped_allreduce(tensors, op, prescale, postscale, compression=wire)
@@ -190,8 +208,7 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
     """The reduction of `value` over all ranks (Average unless op says otherwise)."""
     _check_process_set(process_set)
     ops = _ops("allreduce")
-    tensor = tf.convert_to_tensor(value)
-    return _compressed_allreduce(ops, [tensor], resolve_op(average, op), compression,
+    return _compressed_allreduce(ops, [_tensor(value)], resolve_op(average, op), compression,
                                  prescale_factor, postscale_factor)[0]
 
 
@@ -201,9 +218,14 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """One reduction for a list of tensors (fused by Horovod into few ring passes)."""
     _check_process_set(process_set)
     ops = _ops("grouped_allreduce")
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [_tensor(t) for t in tensors]
     return _compressed_allreduce(ops, tensors, resolve_op(average, op), compression,
                                  prescale_factor, postscale_factor)
+
+
+def _tensor(value):
+    """A tensor, or the tf.IndexedSlices it is (an embedding's gradient)."""
+    return value if isinstance(value, tf.IndexedSlices) else tf.convert_to_tensor(value)
 
 
 def sparse_allreduce(slices: tf.IndexedSlices, op: ReduceOp) -> tf.IndexedSlices:
@@ -211,7 +233,7 @@ def sparse_allreduce(slices: tf.IndexedSlices, op: ReduceOp) -> tf.IndexedSlices
     rows and their indices gathered, the values divided by the rank count for Average.
     Its dense form is the dense reduction's; rows hit by several ranks stay repeated."""
     if op not in (ReduceOp.AVERAGE, ReduceOp.SUM):
-        raise UsageError(f"allreduce of tf.IndexedSlices: received op={op!r}; expected "
+        raise NotSupported(f"allreduce of tf.IndexedSlices: received op={op!r}; expected "
                          f"hvd.Average or hvd.Sum (the rows are gathered, not combined). Fix: "
                          f"pass op=hvd.Average, or sparse_as_dense=True")
     ops = _ops("allreduce")
@@ -238,7 +260,7 @@ def alltoall(value, splits=None, name=None, process_set=global_process_set):
     """Rows of `value` scattered to the ranks by `splits` (evenly when None): the rows
     every rank sent here, in rank order, and (when splits is given) their counts."""
     _check_process_set(process_set)
-    received, counts = _ops("alltoall").alltoall(tf.convert_to_tensor(value), splits)
+    received, counts = _ops("alltoall").alltoall(tf.convert_to_tensor(value), splits, name)
     return received if splits is None else (received, counts)
 
 
@@ -272,12 +294,8 @@ def grouped_reducescatter(values, op=Average, compression=comp.Compression.none,
     prescale_factor before the reduction and postscale_factor after it)."""
     _check_process_set(process_set)
     ops, op = _ops("reducescatter"), resolve_op(None, op)
-    return [_scaled(ops.reducescatter(_scaled(tf.convert_to_tensor(v), prescale_factor), op),
-                    postscale_factor) for v in values]
-
-
-def _scaled(tensor, factor):
-    return tensor if factor == 1.0 else tensor * tf.cast(factor, tensor.dtype)
+    return [scaled(ops.reducescatter(scaled(tf.convert_to_tensor(v), prescale_factor), op),
+                   postscale_factor) for v in values]
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):

@@ -24,8 +24,6 @@ script runs on Horovod under horovodrun/mpirun/srun and on TensorFlow's collecti
 (whose positional order differs from the Keras API's) and adds the tape (tape.py).
 What a backend cannot do raises, naming the fix.
 """
-import tensorflow as tf
-
 from horovod_train.keras import horovod_api as _api
 from horovod_train.keras.compression import Compression
 from horovod_train.keras.horovod_api import (
@@ -46,8 +44,6 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
               ignore_name_scope=False):
     """The reduction of `tensor` over all ranks (Average unless op says otherwise); a
     tf.IndexedSlices is gathered (values / size for Average), as Horovod's."""
-    if isinstance(tensor, tf.IndexedSlices):
-        return _api.sparse_allreduce(tensor, _api.resolve_op(average, op))
     return _api.allreduce(tensor, name, average, prescale_factor, postscale_factor, op,
                           compression, process_set=process_set)
 

@@ -77,7 +77,10 @@ class _DistributedTape(tf.GradientTape):
             options=self._update_options)
         out = [self._sparse(g, is_local, size) if is_sparse else d
                for g, d, is_sparse, is_local in zip(grads, dense, sparse, local)]
-        variables = [s for s in sources if hasattr(s, "assign")]  # not watched tensors
+        # The guard's: shared variables only (not watched tensors, nor local sources,
+        # which may differ in value and shape from rank to rank: model parallelism).
+        variables = [s for s, is_local in zip(sources, local)
+                     if hasattr(s, "assign") and not is_local]
         if size > 1 and variables:
             guard = divergence_guard.source_guard(strategy, [_key(v) for v in variables],
                                                   opts.divergence_check_steps)

@@ -74,6 +74,12 @@ def test_tape_script_on_two_ranks(tmp_path, kind, broadcast):
         assert c["allgather_object"] == ["r0", "r1"]
         assert c["reducescatter"] == [3.0, 3.0]  # 1 + 2, this rank's 2 of 4 rows
         assert c["sparse_dense"] == [[0.5, 0.5], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+        # A local source's gradient stays local, divided by the rank count; a shared one is
+        # the mean of (rank + 1) * (rows) over ranks: (1 * 2 + 2 * 3) / 2 = 4 per element.
+        assert c["shared_grad"] == [4.0, 4.0, 4.0]
+    assert c0["local_grad"] == [0.5, 0.5, 0.5] and c1["local_grad"] == [1.0, 1.0, 1.0]
+    if kind != "mwms":  # Horovod refuses a tensor whose shape differs across ranks
+        assert c0["shape_mismatch"] == c1["shape_mismatch"] == "FailedPreconditionError"
     assert c0["alltoall"] == [[0.0, 10.0], [1, 1]]
     assert c1["alltoall"] == [[1.0, 1.0, 11.0, 11.0], [2, 2]]
     if kind == "mwms":

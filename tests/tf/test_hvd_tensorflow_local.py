@@ -165,3 +165,28 @@ def test_elastic_state_of_a_tape_loop_commits_and_restores(joined):
     variables.epoch = 4
     variables.restore()
     assert (float(variables.variables[0]), variables.epoch) == (2.0, 1)
+
+
+def test_integer_tensors_are_scaled_in_floating_point(joined):
+    """Horovod's suite found a 0.5 factor cast to the integer dtype first: every
+    integer tensor came back scaled by 0."""
+    ints = tf.constant([2, 4, 6, 8], tf.int32)
+    assert hvd.reducescatter(ints, op=hvd.Sum, prescale_factor=0.5).numpy().tolist() == [1, 2, 3, 4]
+    assert hvd.grouped_reducescatter([ints], op=hvd.Sum, postscale_factor=1.5)[0].numpy() \
+        .tolist() == [3, 6, 9, 12]
+    assert hvd.allreduce(ints, op=hvd.Sum, postscale_factor=0.5).numpy().tolist() == [1, 2, 3, 4]
+
+
+def test_grouped_allreduce_takes_indexed_slices_beside_dense_tensors(joined):
+    slices = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1]), tf.constant([3, 2]))
+    sparse, dense = hvd.grouped_allreduce([slices, tf.ones([2])])
+    assert isinstance(sparse, tf.IndexedSlices) and sparse.indices.numpy().tolist() == [1]
+    assert dense.numpy().tolist() == [1.0, 1.0]
+
+
+def test_sparse_reductions_refuse_what_horovod_refuses_with_its_exception_type(joined):
+    slices = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([1]), tf.constant([3, 2]))
+    with pytest.raises(NotImplementedError, match="prescale_factor"):
+        hvd.allreduce(slices, prescale_factor=2.0)
+    with pytest.raises(NotImplementedError, match="op=hvd.Max"):
+        hvd.allreduce(slices, op=hvd.Max)

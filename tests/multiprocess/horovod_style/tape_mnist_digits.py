@@ -88,6 +88,23 @@ def collectives():
     }
     slices = tf.IndexedSlices(tf.ones([1, 2]) * (rank + 1), tf.constant([rank]), tf.constant([4, 2]))
     out["sparse_dense"] = tf.convert_to_tensor(hvd.allreduce(slices)).numpy().tolist()
+    # Model parallelism: a local layer whose shape differs by rank keeps its gradient,
+    # scaled by 1/size (Horovod's rule); only the shared layer is reduced and guarded.
+    local = tf.Variable(tf.ones([rank + 2, 3]))
+    shared = tf.Variable(tf.ones([3]))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(local * shared) * (rank + 1)
+    tape = hvd.DistributedGradientTape(tape)
+    tape.register_local_source(local)
+    g_local, g_shared = tape.gradient(loss, [local, shared])
+    out["local_grad"] = g_local.numpy()[0].tolist()
+    out["shared_grad"] = g_shared.numpy().tolist()
+    if hvd.gloo_built() or hvd.mpi_built():  # Horovod checks shapes; MWMS's collectives do not
+        try:
+            hvd.allreduce(tf.zeros([2, 3] if rank == 0 else [3, 2]))
+            out["shape_mismatch"] = "reduced"
+        except tf.errors.OpError as err:
+            out["shape_mismatch"] = type(err).__name__
     try:
         out["join"] = int(hvd.join())
     except Exception as err:  # MWMS cannot join: its one line
