@@ -94,6 +94,15 @@ def one_rank_line(reps: list) -> str:
     return "1 rank: " + ", ".join(parts) + "."
 
 
+def repeats_and_load(figs: list) -> str:
+    """'2 interleaved repeats; load 1.4-6.9 after its runs': the run's own start and end
+    say little of a figure whose runs each took minutes, their loads say more."""
+    loads = [run["load_after"][0] for fig in figs for rep in fig["runs"] for run in rep.values()
+             if run.get("load_after")]
+    spread = f"; load {min(loads):g}-{max(loads):g} after its runs" if loads else ""
+    return f"{len(figs[0]['runs'])} interleaved repeats{spread}"
+
+
 def m2_efficiency(r: dict, model: str) -> str:
     """Efficiency of every 2-rank run of `model` against its 1-rank run, and the split."""
     fig = r["models"][model]
@@ -101,7 +110,7 @@ def m2_efficiency(r: dict, model: str) -> str:
     rows = [[label, *efficiency_cells(eff[key])] for key, label in M2_ROWS.items() if key in eff]
     table = markdown(["run", "wall efficiency (range)", "CPU efficiency (range)", "1-rank work",
                       "extra CPU", "waiting"], rows)
-    return "\n".join([conditions(r, extra=f"{len(fig['runs'])} interleaved repeats"), "", table,
+    return "\n".join([conditions(r, extra=repeats_and_load([fig])), "", table,
                       "", one_rank_line(fig["runs"])])
 
 
@@ -125,7 +134,7 @@ def m2_overlap(r: dict, model: str) -> str:
     ratio = (f"Buckets / one call: x{common.ratio(eff[buckets]['wall'], eff[one_call]['wall']):.3f}"
              f" in wall clock, x{common.ratio(eff[buckets]['cpu'], eff[one_call]['cpu']):.3f} "
              "in CPU.")
-    return "\n".join([conditions(r), "", table, "", ratio])
+    return "\n".join([conditions(r, extra=repeats_and_load([fig])), "", table, "", ratio])
 
 
 def m2_binding(r: dict) -> str:
@@ -140,7 +149,8 @@ def m2_binding(r: dict) -> str:
                      ranged(free["wall"], free["wall_range"]),
                      f"x{common.ratio(bound['wall'], free['wall']):.3f}",
                      f"{bound['cpu']:.3f} / {free['cpu']:.3f}"])
-    return "\n".join([conditions(r), "", markdown(
+    extra = repeats_and_load(list(r["models"].values()))
+    return "\n".join([conditions(r, extra=extra), "", markdown(
         ["model", "bound: wall efficiency (range)", "unbound (range)", "bound / unbound",
          "CPU efficiency bound / unbound"], rows)])
 

@@ -28,7 +28,8 @@ def _per_run(runs: list, parts) -> str:
 
 
 def _small_rows(r: dict) -> list:
-    return [(mpi, gloo) for mpi, gloo in zip(r["m3"], r["m3_gloo"]) if mpi["bytes"] <= comm.SMALL_MAX]
+    return [(mpi, gloo) for mpi, gloo in zip(r["m3"], r["m3_gloo"])
+            if mpi["bytes"] <= comm.SMALL_MAX]
 
 
 def small_allreduce(runs: list) -> str:

@@ -31,12 +31,12 @@ def m2_rows(r: dict) -> list:
             if f"ours/{c}" not in eff:
                 continue
             e = eff[f"ours/{c}"]
-            beside = [f"bare Horovod loop {eff[f'bare/{c}']['wall']:.3f}" if f"bare/{c}" in eff else "",
-                      f"ceiling {eff['ceiling']['wall']:.3f}" if "ceiling" in eff else ""]
+            beside = [f"{what} {eff[key]['wall']:.3f}" for what, key in
+                      (("bare Horovod loop", f"bare/{c}"), ("ceiling", "ceiling")) if key in eff]
             rows.append([_link(f"M2 efficiency, {model}, {name}", "m2-data-parallel-efficiency"),
                          f">= {fig['target']:g}",
                          f"{e['wall']:.3f} ({e['wall_range'][0]:.3f}-{e['wall_range'][1]:.3f}), "
-                         f"CPU {e['cpu']:.3f}", "; ".join(b for b in beside if b),
+                         f"CPU {e['cpu']:.3f}", "; ".join(beside),
                          verdict(e["wall"] >= fig["target"])])
     return rows
 
@@ -61,7 +61,8 @@ def small_rows(r: dict) -> list:
 def comm_rows(r: dict) -> list:
     big = [x for x in r["m3"] if x["bytes"] >= comm.M3_FROM]
     m4, k1 = r["m4"], next(x for x in r["m5"] if x["k"] == 1)
-    horovod = common.ratio(m4["seconds"]["Horovod grouped_allreduce"], m4["seconds"]["grouped (ours)"])
+    seconds = m4["seconds"]
+    horovod = common.ratio(seconds["Horovod grouped_allreduce"], seconds["grouped (ours)"])
     return [
         [_link("M3 ours / mpi4py alone, " + " / ".join(common.size_label(x["bytes"]) for x in big),
                "m3-allreduce-bus-bandwidth-ours-vs-raw-mpi4py"), f">= {comm.M3_TARGET:g}",
@@ -87,7 +88,8 @@ def m6_rows(r: dict) -> list:
 
 
 def m1_rows(r: dict) -> list:
-    return [[_link("M1 step time ours / `model.fit`, 1 process", "m1-overhead-over-plain-keras-modelfit"),
+    return [[_link("M1 step time ours / `model.fit`, 1 process",
+                   "m1-overhead-over-plain-keras-modelfit"),
              f"<= {r['target']:g}", f"{r['step_time_ratio']:.3f}",
              f"fit with our allocator: {r['step_time_ratio_pooled']:.3f}",
              f"{verdict(r['step_time_ratio'] <= r['target'])}; with our allocator "
@@ -96,7 +98,8 @@ def m1_rows(r: dict) -> list:
 
 def epochs_rows(r: dict) -> list:
     return [[_link("start-up and memory, many epochs / one", "start-up-and-memory-against---epochs"),
-             f"<= {r['target']:g}", f"peak RSS {r['rss_ratio']:.3f}, first step {r['first_step_ratio']:.3f}",
+             f"<= {r['target']:g}",
+             f"peak RSS {r['rss_ratio']:.3f}, first step {r['first_step_ratio']:.3f}",
              "", verdict(max(r["rss_ratio"], r["first_step_ratio"]) <= r["target"])]]
 
 
@@ -105,9 +108,10 @@ def guard_rows(trainer: dict, keras: dict) -> list:
     if trainer:
         worst = max(x["epoch_ratio"] for x in trainer["models"])
         void = any(x["check_s"] < VOID_CHECK_S for x in trainer["models"])
-        rows.append([_link("divergence check, trainer: epoch with / without", "the-divergence-guards"),
-                     f"<= {trainer['target']:g}", "void (the check did not run)" if void
-                     else f"{worst:.5f}", "", "not measured" if void else verdict(worst <= trainer["target"])])
+        rows.append([_link("divergence check, trainer: epoch with / without",
+                           "the-divergence-guards"), f"<= {trainer['target']:g}",
+                     "void (the check did not run)" if void else f"{worst:.5f}", "",
+                     "not measured" if void else verdict(worst <= trainer["target"])])
     if keras:
         worst = max(x["overhead"] for x in keras["rows"])
         rows.append([_link("divergence guard, Keras drop-in, 2 ranks", "the-divergence-guards"),

@@ -87,6 +87,10 @@ SUMMARISED = ("m2_scaling", "comm", "m6_input", "m1_overhead", "epochs_memory",
 # Block name in the doc -> its table, from the kept results it names.
 BLOCKS = {
     "targets": lambda: doc_targets.targets({label: kept_if(label) for label in SUMMARISED}),
+    "m2-resnet18_cifar": lambda: doc_tables.m2_efficiency(kept("m2_scaling"), "resnet18_cifar"),
+    "m2-digits_cnn": lambda: doc_tables.m2_efficiency(kept("m2_scaling"), "digits_cnn"),
+    "m2-overlap": lambda: doc_tables.m2_overlap(kept("m2_scaling"), "resnet18_cifar"),
+    "m2-binding": lambda: doc_tables.m2_binding(kept("m2_scaling")),
     "small-allreduce": lambda: doc_tables_comm.small_allreduce([kept("comm")]),
     "m3": lambda: doc_tables_comm.m3([kept("comm")]),
     "m4": lambda: doc_tables_comm.m4([kept("comm")]),

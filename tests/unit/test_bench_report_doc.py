@@ -81,7 +81,7 @@ def test_m2_efficiency_rows_split_and_one_rank_rates():
     # ours Gloo: 4.7 / 5.0 = 0.940 (repeats 0.92-0.96); CPU 0.2 / 0.205 = 0.976.
     assert "| **ours, Gloo** | 0.940 (0.920-0.960) | 0.976 (0.976-0.976) | 94% | +2% | +4% |" in text
     assert "| ceiling: 2 processes, no communication | 0.945 (0.945-0.945) |" in text
-    assert "; the full version; 2 interleaved repeats; load 0.5 -> 1.5" in text
+    assert "; the full version; 2 interleaved repeats; load 2-2 after its runs; load 0.5 -> 1.5" in text
     assert text.endswith("1 rank: ours 5.00 img/s (5.00-5.00), bare Horovod loop 5.20 img/s "
                          "(5.20-5.20), ours with `--backend=local` 5.50 img/s (5.50-5.50).")
 
