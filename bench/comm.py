@@ -27,6 +27,7 @@ from bench import common  # noqa: E402
 M3_TARGET, M3_FROM = 0.9, 16 << 20
 M4_TARGET = 2.0  # our grouped allreduce / mpi4py's one buffer of the same bytes, at most
 SMALL_MAX, SMALL_TARGET_US = 1 << 20, 1000.0  # a small allreduce: up to 1 MiB, <= 1 ms
+M5_TARGET = 0.95  # k = 1: wall efficiency of the step with its allreduce / without, at least
 FULL_ROUNDS = 3  # comm_worker.py's default --rounds
 
 

@@ -5,7 +5,7 @@
 One process, local backend, fp32, the fused step (as bench/xla.py builds it). For each
 model: the step time (median of blocks), the time of one check as the trainer runs it
 (divergence.check: the checksum of the trainable weights, the gather, the comparison;
-the allreduce of size x 2 floats is a stand-in without a wire here, the same size as
+the allgather of size x 2 floats is a stand-in without a wire here, the same size as
 the metrics gather every log interval already pays), and the ratio of an epoch's step time with
 the check at its end to the same epoch without it. Target: <= 1.01 at the default
 (epoch ends only). The last column is the smallest --divergence_check_steps that keeps
@@ -43,19 +43,24 @@ def _step_seconds(step, batch, steps) -> float:
 
 
 def _mirror_ring():
-    """This process as rank 0 of RANKS whose peers all hold its weights: the allreduce a
-    real ring would return for that, with no wire (divergence.check skips a backend that
-    keeps the base's identity allreduce, so this one overrides it)."""
+    """This process as rank 0 of RANKS whose peers all hold its weights: the allgather a
+    real ring would return for that, with no wire. divergence.check runs only on a
+    communicator that reaches peers (a one-process one returns at once, and a check timed
+    that way measured nothing), so this one says it does."""
     import tensorflow as tf
     from horovod_train.backends.base import ProcessInfo
+    from horovod_train.backends.comm import Communicator
     from horovod_train.backends.local import LocalBackend
 
-    class MirrorRing(LocalBackend):
-        def allreduce_mean(self, value):
-            return tf.tile(tf.reduce_sum(value, 0, keepdims=True), [RANKS, 1]) / RANKS
-    ring = MirrorRing()
+    class MirrorComm(Communicator):
+        reaches_peers = True
+
+        def allgather(self, tensor):
+            return tf.tile(tf.convert_to_tensor(tensor), [RANKS, 1])
+    ring = LocalBackend()
     ring.setup()
     ring.info = ProcessInfo(0, RANKS)
+    ring.comm = MirrorComm(ring)
     return ring
 
 
@@ -63,8 +68,13 @@ def _check_seconds(ring, variables) -> float:
     """One divergence.check as the trainer runs it (it passes: the peers agree)."""
     from horovod_train import divergence
     start = time.perf_counter()
-    divergence.check(ring, variables, 0, "the benchmark")
-    return time.perf_counter() - start
+    rows = divergence.check(ring, variables, 0, "the benchmark")
+    seconds = time.perf_counter() - start
+    if rows is None:
+        raise SystemExit("divergence_overhead: divergence.check returned without comparing "
+                         "(it saw no peers), so there is nothing to time; expected the mirror "
+                         "ring to reach peers. Fix: _mirror_ring's communicator")
+    return seconds
 
 
 def _one_model(name, shape, batch, examples, settings) -> dict:

@@ -42,6 +42,10 @@ def pct(x: float, sign: bool = False) -> str:
     return f"{100 * x:+.0f}%" if sign else f"{100 * x:.0f}%"
 
 
+def verdict(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
 # --- M1 ------------------------------------------------------------------------------
 
 M1_ROWS = {"ours": "ours (horovod_train, local)", "keras_fit": "plain Keras model.fit",
@@ -49,17 +53,20 @@ M1_ROWS = {"ours": "ours (horovod_train, local)", "keras_fit": "plain Keras mode
 
 
 def m1_overhead(r: dict) -> str:
-    rows = []
+    rows, means = [], {}
     for name, label in M1_ROWS.items():
-        rounds = [statistics.fmean(run["per_rank"]) for run in r["runs"][name]]
+        means[name] = [statistics.fmean(run["per_rank"]) for run in r["runs"][name]]
         mean, ci = common.mean_ci(r["merged"][name]["per_rank"])
-        rows.append([label, ", ".join(f"{x:.0f}" for x in rounds), f"{mean:.1f} +- {ci:.1f}"])
+        rows.append([label, ", ".join(f"{x:.0f}" for x in means[name]), f"{mean:.1f} +- {ci:.1f}"])
     table = markdown(["run", "img/s per round", "img/s (mean +- 1.96 sd over log intervals)"],
                      rows)
-    return "\n".join([conditions(r), "", table, "",
-                      f"Step time ours / fit = **{r['step_time_ratio']:.3f}**; ours / fit with "
-                      f"the same allocator = {r['step_time_ratio_pooled']:.3f} (target <= "
-                      f"{r['target']})."])
+    # Step time is the inverse of img/s: ours / fit in step time = fit's rate / ours.
+    rounds = ", ".join(f"{fit / ours:.2f}" for ours, fit in zip(means["ours"], means["keras_fit"]))
+    ratio, pooled, target = r["step_time_ratio"], r["step_time_ratio_pooled"], r["target"]
+    return "\n".join([conditions(r, extra=f"{len(means['ours'])} interleaved rounds"), "", table,
+                      "", f"Step time ours / fit = **{ratio:.3f}**, {verdict(ratio <= target)} "
+                      f"(round by round {rounds}); ours / fit with the same allocator = "
+                      f"{pooled:.3f}, {verdict(pooled <= target)}; target <= {target:g}."])
 
 
 # --- M2 ------------------------------------------------------------------------------
@@ -87,6 +94,15 @@ def one_rank_line(reps: list) -> str:
     return "1 rank: " + ", ".join(parts) + "."
 
 
+def repeats_and_load(figs: list) -> str:
+    """'2 interleaved repeats; load 1.4-6.9 after its runs': the run's own start and end
+    say little of a figure whose runs each took minutes, their loads say more."""
+    loads = [run["load_after"][0] for fig in figs for rep in fig["runs"] for run in rep.values()
+             if run.get("load_after")]
+    spread = f"; load {min(loads):g}-{max(loads):g} after its runs" if loads else ""
+    return f"{len(figs[0]['runs'])} interleaved repeats{spread}"
+
+
 def m2_efficiency(r: dict, model: str) -> str:
     """Efficiency of every 2-rank run of `model` against its 1-rank run, and the split."""
     fig = r["models"][model]
@@ -94,7 +110,7 @@ def m2_efficiency(r: dict, model: str) -> str:
     rows = [[label, *efficiency_cells(eff[key])] for key, label in M2_ROWS.items() if key in eff]
     table = markdown(["run", "wall efficiency (range)", "CPU efficiency (range)", "1-rank work",
                       "extra CPU", "waiting"], rows)
-    return "\n".join([conditions(r, extra=f"{len(fig['runs'])} interleaved repeats"), "", table,
+    return "\n".join([conditions(r, extra=repeats_and_load([fig])), "", table,
                       "", one_rank_line(fig["runs"])])
 
 
@@ -118,7 +134,7 @@ def m2_overlap(r: dict, model: str) -> str:
     ratio = (f"Buckets / one call: x{common.ratio(eff[buckets]['wall'], eff[one_call]['wall']):.3f}"
              f" in wall clock, x{common.ratio(eff[buckets]['cpu'], eff[one_call]['cpu']):.3f} "
              "in CPU.")
-    return "\n".join([conditions(r), "", table, "", ratio])
+    return "\n".join([conditions(r, extra=repeats_and_load([fig])), "", table, "", ratio])
 
 
 def m2_binding(r: dict) -> str:
@@ -133,7 +149,8 @@ def m2_binding(r: dict) -> str:
                      ranged(free["wall"], free["wall_range"]),
                      f"x{common.ratio(bound['wall'], free['wall']):.3f}",
                      f"{bound['cpu']:.3f} / {free['cpu']:.3f}"])
-    return "\n".join([conditions(r), "", markdown(
+    extra = repeats_and_load(list(r["models"].values()))
+    return "\n".join([conditions(r, extra=extra), "", markdown(
         ["model", "bound: wall efficiency (range)", "unbound (range)", "bound / unbound",
          "CPU efficiency bound / unbound"], rows)])
 
@@ -183,11 +200,62 @@ def epochs_memory(r: dict) -> str:
                          " / ".join(f"{v:.0f}" for v in run["peak_rss_mb"]),
                          f"{run['wall_s']:.1f}"])
     rows.sort(key=lambda row: row[0])  # the order they ran in: alternating
-    verdicts = [[what, f"{r[key]:.3f}", f"<= {r['target']:g}",
-                 "met" if r[key] <= r["target"] else "**missed**"]
+    verdicts = [[what, f"{r[key]:.3f}", f"<= {r['target']:g}", verdict(r[key] <= r["target"])]
                 for key, what in (("rss_ratio", "peak RSS"), ("first_step_ratio", "first step"))]
     return "\n".join([
         conditions(r), "",
         markdown(["round", "arm", "steps", "first step, s (each rank)",
                   "peak RSS, MiB (each rank)", "wall of the run, s"], rows), "",
         markdown(["many epochs / one, worst rank", "ratio", "target", "verdict"], verdicts)])
+
+
+# --- The divergence guards and the GradientTape API ----------------------------------
+
+# A weight checksum of millions of floats takes milliseconds; a check timed under this
+# never ran (divergence.check returns early without peers), so its verdict is void.
+VOID_CHECK_S = 1e-5
+
+
+def divergence_overhead(r: dict) -> str:
+    """The trainer's cross-rank weight check against its step, one process."""
+    rows = [[x["model"], f"{x['params']:,}", x["batch"], f"{1e3 * x['step_s']:.1f}",
+             f"{1e3 * x['check_s']:.3f}", x["steps_per_epoch"], f"{x['epoch_ratio']:.5f}",
+             x["steps_for_1pct"]] for x in r["models"]]
+    worst = max(x["epoch_ratio"] for x in r["models"])
+    lines = [conditions(r, extra=f"medians of {r['rounds']} alternating rounds"), "",
+             markdown(["model", "trainable weights", "batch", "step ms", "check ms",
+                       f"steps/epoch ({r['ranks']} ranks)", "epoch with / without the check",
+                       "smallest `--divergence_check_steps` within 1%"], rows), ""]
+    void = [x["model"] for x in r["models"] if x["check_s"] < VOID_CHECK_S]
+    if void:
+        lines.append(f"**Void**: the check of {', '.join(void)} took under "
+                     f"{1e6 * VOID_CHECK_S:g} us, so it did not run (no peers to compare "
+                     f"with); this result says nothing of its cost.")
+    else:
+        lines.append(f"Epoch ends (the default), worst model: {worst:.5f}, "
+                     f"{verdict(worst <= r['target'])}; target <= {r['target']:g}.")
+    return "\n".join(lines)
+
+
+def keras_guard_overhead(r: dict) -> str:
+    """The Keras drop-in's guard on 2 ranks: its parts, and their cost at the defaults."""
+    rows = [[x["model"], f"{x['step_ms']:.1f}", f"{x['in_step_check_ms']:.2f}",
+             f"{x['epoch_check_ms']:.1f}", x["steps_per_epoch"], f"{100 * x['overhead']:.3f}%"]
+            for x in r["rows"]]
+    worst = max(x["overhead"] for x in r["rows"])
+    return "\n".join([conditions(r), "", markdown(
+        ["model", "step ms", "in-step check ms (every update)", "epoch-end check ms",
+         "steps/epoch", "overhead at the defaults"], rows), "",
+        f"Worst model: {100 * worst:.3f}% of step time, {verdict(worst <= r['target'])}; "
+        f"target <= {100 * r['target']:g}%."])
+
+
+def tape_overhead(r: dict) -> str:
+    """hvd.DistributedGradientTape (ours) against a hand-written grouped_allreduce."""
+    rows = [[x["model"], x["controller"], x["buckets"], f"{x['tape_ms']:.1f}",
+             f"{x['hand_ms']:.1f}", f"{x['ratio']:.3f}",
+             f"{min(x['round_ratios']):.2f}-{max(x['round_ratios']):.2f}",
+             verdict(x["ratio"] <= r["target"])] for x in r["rows"]]
+    return "\n".join([conditions(r), "", markdown(
+        ["model", "controller", "our gradient buckets", "ours ms/step", "hand-written ms/step",
+         "ours / hand-written", "per round (rank 0)", f"<= {r['target']:g}"], rows)])

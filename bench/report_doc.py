@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import common, doc_tables  # noqa: E402
+from bench import common, doc_tables, doc_tables_comm, doc_targets  # noqa: E402
 from scripts import doc_blocks  # noqa: E402
 
 KEPT = os.path.join(common.ROOT, "docs", "bench-results")
@@ -75,11 +75,33 @@ def kept(label: str) -> dict:
         return json.load(f)
 
 
+def kept_if(label: str):
+    """The kept result, or None when there is none (the summary shows what is kept)."""
+    return kept(label) if os.path.isfile(os.path.join(KEPT, f"{label}.json")) else None
+
+
+# The results the summary of targets reads (bench/doc_targets.py), each if kept.
+SUMMARISED = ("m2_scaling", "comm", "m6_input", "m1_overhead", "epochs_memory",
+              "tape_overhead", "divergence_overhead", "keras_guard_overhead")
+
 # Block name in the doc -> its table, from the kept results it names.
 BLOCKS = {
+    "targets": lambda: doc_targets.targets({label: kept_if(label) for label in SUMMARISED}),
+    "m2-resnet18_cifar": lambda: doc_tables.m2_efficiency(kept("m2_scaling"), "resnet18_cifar"),
+    "m2-digits_cnn": lambda: doc_tables.m2_efficiency(kept("m2_scaling"), "digits_cnn"),
+    "m2-overlap": lambda: doc_tables.m2_overlap(kept("m2_scaling"), "resnet18_cifar"),
+    "m2-binding": lambda: doc_tables.m2_binding(kept("m2_scaling")),
+    "small-allreduce": lambda: doc_tables_comm.small_allreduce([kept("comm")]),
+    "m3": lambda: doc_tables_comm.m3([kept("comm")]),
+    "m4": lambda: doc_tables_comm.m4([kept("comm")]),
+    "m5": lambda: doc_tables_comm.m5([kept("comm")]),
     "m6-input": lambda: doc_tables.m6_input(kept("m6_input")),
+    "m1-overhead": lambda: doc_tables.m1_overhead(kept("m1_overhead")),
     "xla": lambda: doc_tables.xla(kept("xla")),
     "epochs-memory": lambda: doc_tables.epochs_memory(kept("epochs_memory")),
+    "divergence-overhead": lambda: doc_tables.divergence_overhead(kept("divergence_overhead")),
+    "keras-guard-overhead": lambda: doc_tables.keras_guard_overhead(kept("keras_guard_overhead")),
+    "tape-overhead": lambda: doc_tables.tape_overhead(kept("tape_overhead")),
 }
 
 

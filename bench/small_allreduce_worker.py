@@ -1,7 +1,7 @@
 """Runs inside every rank for bench/small_allreduce.py: every Horovod configuration.
 
   horovodrun -np 2 -H localhost:2 --gloo python bench/small_allreduce_worker.py \
-      --configs 5:default,0.1:0 --rounds 2 --out /tmp/small.json
+      --configs 5:default,0.1:0 --rounds 2 --out runs/bench/small.json
 
 Bare Horovod (not our backend), so the settings under test are the only ones in force.
 HOROVOD_CYCLE_TIME and HOROVOD_CACHE_CAPACITY are read once, when the background thread

@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench import doc_tables, doc_tables_comm, report_doc, scaling  # noqa: E402
+from bench import doc_tables, doc_tables_comm, doc_targets, report_doc, scaling  # noqa: E402
 
 RUN = {"short": False, "load_before": [0.5, 0.6, 0.7], "load_after": [1.5, 1.0, 0.9],
        "seconds": 1234.5, "machine": {"Model name": "AMD EPYC", "cpus": 2, "Flags": "fma avx2"}}
@@ -81,7 +81,7 @@ def test_m2_efficiency_rows_split_and_one_rank_rates():
     # ours Gloo: 4.7 / 5.0 = 0.940 (repeats 0.92-0.96); CPU 0.2 / 0.205 = 0.976.
     assert "| **ours, Gloo** | 0.940 (0.920-0.960) | 0.976 (0.976-0.976) | 94% | +2% | +4% |" in text
     assert "| ceiling: 2 processes, no communication | 0.945 (0.945-0.945) |" in text
-    assert "; the full version; 2 interleaved repeats; load 0.5 -> 1.5" in text
+    assert "; the full version; 2 interleaved repeats; load 2-2 after its runs; load 0.5 -> 1.5" in text
     assert text.endswith("1 rank: ours 5.00 img/s (5.00-5.00), bare Horovod loop 5.20 img/s "
                          "(5.20-5.20), ours with `--backend=local` 5.50 img/s (5.50-5.50).")
 
@@ -106,13 +106,16 @@ def test_m1_rounds_and_ratios():
          "merged": {k: {"per_rank": [x for run in v for x in run["per_rank"]]} for k, v in runs.items()}}
     text = doc_tables.m1_overhead(r)
     assert "| ours (horovod_train, local) | 245, 280 | 256.7 +- " in text
-    assert "ours / fit = **1.047**; ours / fit with the same allocator = 1.095 (target <= 1.02)" in text
+    # round 1: fit 270 / ours 245 = 1.10 in step time; round 2: 290 / 280 = 1.04.
+    assert ("ours / fit = **1.047**, **missed** (round by round 1.10, 1.04); ours / fit with "
+            "the same allocator = 1.095, **missed**; target <= 1.02.") in text
+    assert "; 2 interleaved rounds; load" in text
 
 
 def _comm(scale):
     sizes = [4 << 10, 1 << 20, 16 << 20]
     m3 = [{"bytes": b, "ours_s": scale * b / 1e9 + 1e-4, "bare_mpi4py_s": b / 1e9 + 1e-5,
-           "ratio": 0.5 * scale} for b in sizes]
+           "mpi4py_s": 2e-3, "ratio": 0.5 * scale} for b in sizes]
     split = {"wall_range": [0.9, 1.1], "cpu_range": [0.8, 1.0]}
     m4 = {"tensors": 128, "tensor_bytes": 16 << 10, "grouped_over_mpi4py": 1.1 * scale,
           "seconds": {key: 0.001 * scale for key in doc_tables_comm.M4_ROWS},
@@ -129,13 +132,28 @@ def test_comm_tables_set_runs_side_by_side():
             "mpi4py alone (run 1, run 2) |") in small
     assert "| 4 KiB | 104 | 312 | 108 | 325 | 14, 14 |" in small and "16 MiB" not in small
     assert small.startswith("*run 1: AMD EPYC") and "\n\n*run 2: AMD EPYC" in small
-    assert "| 16 MiB | 16,877 | 16,787 | 0.50 | 33,654 | 16,787 | 1.00 |" in doc_tables_comm.m3(runs)
+    assert ("| 16 MiB | 16,877 | 16,787 | 2,000 | 0.50 | 33,654 | 16,787 | 2,000 | 1.00 |"
+            in doc_tables_comm.m3(runs))
     m4 = doc_tables_comm.m4(runs)
     assert "| Horovod `grouped_allreduce` (what a Horovod user calls) | 1.00 | 2.00 |" in m4
     assert "| **mpi4py one buffer, alone** | 2.00 | 2.00 |" in m4
-    assert "1.10 (run 1), 2.20 (run 2); target <= 2." in m4
+    assert "(target <= 2): 1.10 met (run 1), 2.20 **missed** (run 2)." in m4
     m5 = doc_tables_comm.m5(runs)
     assert "| 1 | 2 | 0.952 (0.900-1.100) | 0.913 (0.800-1.000) | 0.952 (0.900-1.100) |" in m5
+    assert "(target >= 0.95): 0.952 met (run 1), 0.952 met (run 2)." in m5
+    # 1 MiB: 1,048,576 / 1e9 + 1e-4 s = 1,149 us under MPI, 3x that under Gloo.
+    assert ("Target <= 1000 us under both controllers: **missed**: 1 MiB MPI (1,149 us), "
+            "1 MiB Gloo (3,446 us) (run 1), **missed**: ") in small
+    assert ("16 MiB 0.50 **missed**, 16 MiB 1.00 met" not in doc_tables_comm.m3(runs)
+            and "from 16 MiB up: 16 MiB 0.50 **missed** (run 1), 16 MiB 1.00 met (run 2)."
+            in doc_tables_comm.m3(runs))
+
+
+def test_comm_tables_of_one_run_name_no_runs():
+    small, m4 = doc_tables_comm.small_allreduce([_comm(1.0)]), doc_tables_comm.m4([_comm(1.0)])
+    assert small.startswith("*AMD EPYC") and "run 1" not in small + m4
+    assert "| size | MPI | Gloo | mpi4py alone |" in small and "| how | ms |" in m4
+    assert "(target <= 2): 1.10 met." in m4
 
 
 def test_m6_xla_tables():
@@ -164,3 +182,53 @@ def test_epochs_memory_lists_rounds_in_order_and_verdicts():
     assert "| 1 | `--epochs=40` | 880 | 6.0 / 6.1 | 714 / 790 | 3.0 |" in rows
     assert "| peak RSS | 1.200 | <= 1.1 | **missed** |" in rows
 
+
+
+def _guards_and_tape():
+    trainer = {**RUN, "rounds": 5, "ranks": 2, "target": 1.01, "models": [
+        {"model": "digits_cnn", "params": 2117962, "batch": 64, "step_s": 0.055, "check_s": 0.004,
+         "steps_per_epoch": 11, "epoch_ratio": 1.0066, "steps_for_1pct": 8}]}
+    keras = {**RUN, "target": 0.01, "rows": [
+        {"model": "digits_cnn", "step_ms": 44.9, "in_step_check_ms": 9.84, "epoch_check_ms": 4.1,
+         "steps_per_epoch": 22, "overhead": 0.00113}]}
+    tape = {**RUN, "target": 1.02, "rows": [
+        {"model": "digits_cnn", "controller": "mpi", "buckets": "one call", "tape_ms": 33.1,
+         "hand_ms": 33.0, "ratio": 1.003, "round_ratios": [0.96, 1.03]},
+        {"model": "digits_cnn", "controller": "mpi", "buckets": "the backend's rule",
+         "tape_ms": 32.1, "hand_ms": 29.3, "ratio": 1.098, "round_ratios": [1.08, 1.11]}]}
+    return trainer, keras, tape
+
+
+def test_guard_and_tape_tables_with_verdicts():
+    trainer, keras, tape = _guards_and_tape()
+    text = doc_tables.divergence_overhead(trainer)
+    assert "| digits_cnn | 2,117,962 | 64 | 55.0 | 4.000 | 11 | 1.00660 | 8 |" in text
+    assert text.endswith("worst model: 1.00660, met; target <= 1.01.")
+    void = doc_tables.divergence_overhead({**trainer, "models": [{**trainer["models"][0], "check_s": 1e-7}]})
+    assert "**Void**: the check of digits_cnn took under 10 us" in void and "met" not in void
+    text = doc_tables.keras_guard_overhead(keras)
+    assert "| digits_cnn | 44.9 | 9.84 | 4.1 | 22 | 0.113% |" in text
+    assert text.endswith("Worst model: 0.113% of step time, met; target <= 1%.")
+    text = doc_tables.tape_overhead(tape)
+    assert "| digits_cnn | mpi | one call | 33.1 | 33.0 | 1.003 | 0.96-1.03 | met |" in text
+    assert "| 1.098 | 1.08-1.11 | **missed** |" in text
+
+
+def test_targets_summarise_the_kept_results_they_are_given():
+    trainer, keras, tape = _guards_and_tape()
+    text = doc_targets.targets({"m2_scaling": _m2(), "comm": _comm(1.0), "tape_overhead": tape,
+                                "divergence_overhead": trainer, "keras_guard_overhead": keras,
+                                "m1_overhead": None})
+    rows = [line for line in text.splitlines() if line.startswith("| [")]
+    assert any("M2 efficiency, resnet18_cifar, Gloo" in row and "| 0.940 (0.920-0.960), CPU 0.976 |"
+               in row and "bare Horovod loop 0.769; ceiling 0.945 | met |" in row for row in rows)
+    assert any("M2 efficiency, resnet18_cifar, MPI" in row and row.endswith("| **missed** |")
+               for row in rows)
+    assert any("one allreduce in a step, MPI, 4 KiB / 1 MiB" in row and "| 104 us / 1,149 us |" in row
+               and row.endswith("| **missed** in 1 of 2 sizes |") for row in rows)
+    assert any("M3 ours / mpi4py alone, 16 MiB" in row and "| 0.50 |" in row
+               and row.endswith("| **missed** |") for row in rows)
+    assert any("hand-written" in row and "1.003-1.098 (worst: digits_cnn, mpi, the backend's rule)"
+               in row and row.endswith("| **missed** in 1 of 2 cases |") for row in rows)
+    assert not any("M1" in row for row in rows)  # not kept: no row
+    assert len(rows) == 4 + 2 + 3 + 1 + 2  # M2 (2 models x 2), small (2), M3-M5, tape, guards
