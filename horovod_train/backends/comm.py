@@ -40,6 +40,8 @@ FACT_NAMES = ("mpi_enabled", "mpi_built", "mpi_threads_supported", "gloo_enabled
 # The trainer's flag; why it is not called --timeline: config.ObserveConfig.horovod_timeline.
 TIMELINE_FIX = ("run under the horovod backend, where the trainer's --horovod_timeline (with "
                 "--run_dir) writes run_dir/timeline.json, or use TensorBoard's profiler")
+# The dtype a scale factor is applied in, where it is not the tensor's own.
+SCALE_DTYPES = {tf.float16: tf.float32, tf.bfloat16: tf.float32}
 # What floating tensors travel as, per compression name.
 WIRE_DTYPES = {"fp16": tf.float16, "bf16": tf.bfloat16}
 
@@ -226,13 +228,16 @@ def even_splits(tensor, size: int):
 
 
 def scaled(tensor, factor):
-    """tensor * factor in the tensor's dtype; an integer tensor is scaled in float64
-    and truncated, as Horovod does (a 0.5 cast to int32 first would be 0)."""
+    """tensor * factor, computed as Horovod does: 16-bit floats in float32, integers in
+    float64 and truncated (a 0.5 cast to int32 first would be 0), others in their own
+    dtype."""
     if factor == 1.0:
         return tensor
-    if tensor.dtype.is_floating or tensor.dtype.is_complex:
+    math = SCALE_DTYPES.get(tensor.dtype, tensor.dtype if tensor.dtype.is_floating or
+                            tensor.dtype.is_complex else tf.float64)
+    if math == tensor.dtype:
         return tensor * tf.cast(factor, tensor.dtype)
-    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    return tf.cast(tf.cast(tensor, math) * tf.cast(factor, math), tensor.dtype)
 
 
 def plain(variable):

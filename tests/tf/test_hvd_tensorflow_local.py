@@ -190,3 +190,10 @@ def test_sparse_reductions_refuse_what_horovod_refuses_with_its_exception_type(j
         hvd.allreduce(slices, prescale_factor=2.0)
     with pytest.raises(NotImplementedError, match="op=hvd.Max"):
         hvd.allreduce(slices, op=hvd.Max)
+
+
+def test_half_precision_is_scaled_in_float32_as_horovod_does(joined):
+    half = tf.constant([100.0, -37.0], tf.float16)
+    factor = 0.7301
+    expected = tf.cast(tf.cast(half, tf.float32) * factor, tf.float16).numpy().tolist()
+    assert hvd.reducescatter(half, op=hvd.Sum, prescale_factor=factor).numpy().tolist() == expected
