@@ -197,3 +197,10 @@ def test_half_precision_is_scaled_in_float32_as_horovod_does(joined):
     factor = 0.7301
     expected = tf.cast(tf.cast(half, tf.float32) * factor, tf.float16).numpy().tolist()
     assert hvd.reducescatter(half, op=hvd.Sum, prescale_factor=factor).numpy().tolist() == expected
+
+
+def test_build_facts_are_answered_before_init_as_horovods_are():
+    state.reset()
+    assert hvd.ccl_built() is False and hvd.rocm_built() is False
+    with pytest.raises(UsageError, match=r"before hvd.init"):
+        hvd.mpi_enabled()
