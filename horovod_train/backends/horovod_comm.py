@@ -112,3 +112,13 @@ def _fact(query) -> bool:
         return bool(query())
     except ValueError:
         return False
+
+
+def installed_fact(name: str) -> bool:
+    """A build fact (hvd.ccl_built(), ...) of the installed Horovod, False without one:
+    what the library can do before any job is joined, as Horovod answers it."""
+    try:
+        import horovod.tensorflow as installed
+        return bool(getattr(installed, name)())
+    except Exception:  # noqa: BLE001 - not installed, or not loadable here: not built
+        return False

@@ -10,6 +10,7 @@ naming it.
 
 import tensorflow as tf
 
+from horovod_train.backends import horovod_comm
 from horovod_train.backends.comm import ReduceOp, scaled
 from horovod_train.errors import NotSupported, UsageError
 from horovod_train.keras import compression as comp
@@ -142,7 +143,7 @@ def local_rank_op(name=None):
 def _fact(name):
     def query() -> bool:
         if state.active() is None and name.endswith("_built"):
-            return _installed_horovod(name)
+            return horovod_comm.installed_fact(name)
         return _ops(name).facts()[name]
     query.__name__ = name
     query.__doc__ = (f"Horovod's hvd.{name}(); False where the backend is not Horovod. "
@@ -150,14 +151,6 @@ def _fact(name):
     return query
 
 
-def _installed_horovod(name: str) -> bool:
-    """A build fact of the installed Horovod (False without one): what the library can
-    do before any job is joined (Horovod's tests ask ccl_built() before init())."""
-    try:
-        import horovod.tensorflow as installed
-        return bool(getattr(installed, name)())
-    except Exception:  # noqa: BLE001 - not installed, or not loadable here: not built
-        return False
 
 
 mpi_enabled, mpi_built, mpi_threads_supported = (_fact("mpi_enabled"), _fact("mpi_built"),
