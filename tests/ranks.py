@@ -26,6 +26,17 @@ def mpirun(np_: int, args) -> list[str]:
     return [mpirun_bin, "-np", str(np_), "--bind-to", "none", *TRAIN, *args]
 
 
+# python -c IN_RANK_DIR BASE SCRIPT ARGS...: runs SCRIPT inside BASE/rank<N>/, N from
+# horovodrun's, mpirun's or TF_CONFIG's rank, so a file a non-chief rank writes shows up
+# in rank1/ (the Horovod-style script tests).
+IN_RANK_DIR = ("import json, os, runpy, sys; e = os.environ; "
+               "r = e.get('HOROVOD_RANK', e.get('OMPI_COMM_WORLD_RANK')) or "
+               "str(json.loads(e['TF_CONFIG'])['task']['index']); "
+               "d = os.path.join(sys.argv[1], 'rank' + r); os.makedirs(d, exist_ok=True); "
+               "os.chdir(d); sys.argv = sys.argv[2:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def free_ports(n: int) -> list[int]:
     """n consecutive localhost ports, free a moment ago, below the ephemeral range (for
     MWMS workers): an OS-assigned port could be taken by a peer's outgoing connection

@@ -15,18 +15,13 @@ import sys
 import pytest
 
 from helpers import run_cli
+from ranks import IN_RANK_DIR
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIGITS = os.path.join(HERE, "horovod_style", "keras_mnist_digits.py")
 BENCHMARK = os.path.join(HERE, "horovod_style", "keras_synthetic_benchmark.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-# Runs a script inside <base>/rank<N>/ (N from the launcher's rank variable).
-IN_RANK_DIR = ("import os, runpy, sys; "
-               "r = os.environ.get('HOROVOD_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')); "
-               "d = os.path.join(sys.argv[1], 'rank' + r); os.makedirs(d, exist_ok=True); "
-               "os.chdir(d); sys.argv = sys.argv[2:]; "
-               "runpy.run_path(sys.argv[0], run_name='__main__')")
 # horovodrun's prefix of a rank's line: [R]<stdout>: under gloo, [JOB,R]<stdout>: under mpi.
 TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<stdout>:(.*)$", re.M)
 EPOCHS = 5

@@ -16,17 +16,11 @@ import sys
 import pytest
 
 from helpers import ROOT, run_cli
+from ranks import IN_RANK_DIR
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "horovod_style", "tape_mnist_digits.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-# Runs a script inside <base>/rank<N>/: N from horovodrun's, mpirun's or TF_CONFIG's rank.
-IN_RANK_DIR = ("import json, os, runpy, sys; e = os.environ; "
-               "r = e.get('HOROVOD_RANK', e.get('OMPI_COMM_WORLD_RANK')) or "
-               "str(json.loads(e['TF_CONFIG'])['task']['index']); "
-               "d = os.path.join(sys.argv[1], 'rank' + r); os.makedirs(d, exist_ok=True); "
-               "os.chdir(d); sys.argv = sys.argv[2:]; "
-               "runpy.run_path(sys.argv[0], run_name='__main__')")
 CHECK_EVERY = 4
 STEPS = 3 * (700 // 32)
 

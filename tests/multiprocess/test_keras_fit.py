@@ -13,18 +13,12 @@ import sys
 import pytest
 
 from helpers import ROOT, child_env, run_cli
-from ranks import free_ports, tf_config
+from ranks import IN_RANK_DIR, free_ports, tf_config
 
 
 EXAMPLE = os.path.join(ROOT, "examples", "keras_fit.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 COMMON = ["--epochs=5", "--intra_op=1"]
-# Runs a script inside <base>/rank<N>/ (N from the launcher's rank variable).
-IN_RANK_DIR = ("import os, runpy, sys; "
-               "r = os.environ.get('HOROVOD_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')); "
-               "d = os.path.join(sys.argv[1], 'rank' + r); os.makedirs(d, exist_ok=True); "
-               "os.chdir(d); sys.argv = sys.argv[2:]; "
-               "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def run_horovodrun(controller, run_dir, args):

@@ -15,14 +15,6 @@ from horovod_train.errors import UsageError  # noqa: E402
 from horovod_train.keras import state  # noqa: E402
 
 
-@pytest.fixture
-def joined():
-    state.reset()
-    hvd.init()
-    yield
-    state.reset()
-
-
 def test_every_horovod_name_is_there():
     missing = [n for n in hvd.HOROVOD_NAMES if not hasattr(hvd, n)]
     for name in ("BroadcastGlobalVariablesCallback", "MetricAverageCallback",

@@ -15,14 +15,6 @@ from horovod_train.errors import UsageError  # noqa: E402
 from horovod_train.keras import state  # noqa: E402
 
 
-@pytest.fixture
-def joined():
-    state.reset()
-    hvd.init()
-    yield
-    state.reset()
-
-
 def test_every_name_is_there_with_horovods_parameters():
     """Each name exists; where Horovod is installed, each function's parameters are
     horovod.tensorflow's, in its order (a positional call means the same), ours may add
