@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 
 from absl import logging
 
@@ -43,13 +44,15 @@ def check_files(paths, scan_files, peers=None, memory=None) -> list[Verdict]:
         known = peers.broadcast_object(known, 0)
     todo = [i for i in range(len(paths)) if i not in known]
     mine = todo[rank::size]
+    started = time.perf_counter()
     found = {i: _verdict(s) for i, s in zip(mine, scan_files([paths[i] for i in mine]))}
     if size > 1:
         for part in peers.allgather_object(found):
             found.update(part)
     if todo:
-        logging.info("data | verified %d of %d files (%d across %d ranks), %d remembered",
-                     len(todo), len(paths), len(mine), size, len(known))
+        logging.info("data | verified %d of %d files (%d across %d ranks), %d remembered, "
+                     "in %.1f s", len(todo), len(paths), len(mine), size, len(known),
+                     time.perf_counter() - started)
     verdicts = {**known, **found}
     if memory is not None and rank == 0 and todo:
         memory.remember(paths, verdicts)
