@@ -333,7 +333,8 @@ class Checkpointer:
                 return err
             return None
         # The chief writes while every rank joins rounds (rounds.py): a write longer
-        # than the watchdog's bound is not a stalled chief to the others.
+        # than the watchdog's bound is not a stalled chief to the others. Imported here:
+        # rounds needs TensorFlow, which this module's readers (tests, tools) do not.
         from horovod_train import rounds
         error = rounds.in_rounds(
             self.backend, write if self.backend.info.is_chief else None,

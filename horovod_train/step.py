@@ -23,7 +23,7 @@ import time
 import keras
 import tensorflow as tf
 
-from horovod_train import rounds, update
+from horovod_train import update
 from horovod_train.precision import DynamicLossScale
 from horovod_train.xla_split import XlaSplit, xla_collectives, xla_functions
 
@@ -152,34 +152,3 @@ class TrainStep:
         outside, inside = xla_collectives(graph_def, self.backend.collective_op_types)
         return {"collective_ops_per_step": outside + inside, "collective_ops_in_xla": inside,
                 "xla_compiled_functions": len(xla_functions(graph_def))}
-
-
-def evaluate(model, dataset, backend, round_s: float = rounds.ROUND_S_MAX, on_round=None,
-             progress=None) -> tuple[float, float, int]:
-    """(accuracy, mean loss, predictions) over every rank's shard of the test set.
-
-    Each rank evaluates its shard in rounds (rounds.in_rounds), so a rank whose shard
-    takes longer than the watchdog's bound is not taken for a stalled peer; then one
-    reduction of the counts. Counts are per predicted label, so a language model's
-    tokens count one by one; `progress` (a dict) holds this rank's count so far."""
-    progress = {} if progress is None else progress
-
-    def local_sums():
-        correct = total = 0
-        loss_sum = 0.0
-        for x, y in dataset:
-            logits = model(x, training=False)
-            y = tf.cast(y, tf.int32)
-            pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            correct += int(tf.reduce_sum(tf.cast(pred == y, tf.int32)))
-            total += int(tf.size(y))
-            losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-            loss_sum += float(tf.reduce_sum(tf.cast(losses, tf.float64)))
-            progress["predictions"] = total
-        return [correct, total, loss_sum]
-    mine = rounds.in_rounds(backend, local_sums, round_s, on_round)
-    # Sum over ranks via mean * size: the interface keeps one reduction op.
-    sums = backend.allreduce_mean(tf.constant(mine, tf.float64))
-    correct, total, loss_sum = (float(v) * backend.info.size for v in sums.numpy())
-    total = round(total)
-    return round(correct) / max(total, 1), loss_sum / max(total, 1), total

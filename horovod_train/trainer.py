@@ -27,15 +27,11 @@ import time
 
 from absl import logging
 
-from horovod_train import divergence, metrics, observe, rounds, stopping, watchdog
+from horovod_train import divergence, evaluation, metrics, observe, stopping, watchdog
 from horovod_train.config import injected_delay
 from horovod_train.checkpoint import training_state
-from horovod_train.data import pipeline, sharding
+from horovod_train.data import pipeline
 from horovod_train.trainer_types import RunRecord
-
-# A phase without collectives that lasts longer than this (or than the watchdog's
-# bound) prints a line now and then, so a long evaluation is not taken for a hang.
-PROGRESS_EVERY_S = 60.0
 
 
 class TrainingDiverged(RuntimeError):
@@ -384,36 +380,12 @@ class Trainer:
             "loss_scale": float(self.step.loss_scale.scale.numpy()),
             "gpu_util_pct": gpu_util, "gpu_mem_mib": gpu_mem})
 
-    def _eval_round(self, label, progress):
-        """What each round of an evaluation does: a beat (the peers are there), and
-        now and then a line on the chief, so a long evaluation shows it is working."""
-        every = min(self.options.collective_timeout_s, PROGRESS_EVERY_S)
-        shown = [every]
-
-        def on_round(done_ranks, size, elapsed):
-            self.watchdog.alive()
-            if elapsed < shown[0]:
-                return
-            shown[0] = elapsed + every
-            logging.info("eval  | %s | still evaluating after %.0f s: %s predictions on this "
-                         "rank; %d of %d ranks done", label, elapsed,
-                         f"{progress.get('predictions', 0):,}", done_ranks, size)
-        return on_round
-
     def _evaluate(self, label):
-        from horovod_train.step import evaluate
-        # Evaluation runs on this rank's plain shard; the counts are summed over ranks
-        # afterwards.
         started, cpu = time.perf_counter(), metrics.process_cpu_s()
-        info = self.backend.info
-        ds = self.data.eval_dataset(sharding.ShardInfo(info.rank, info.size), 256)
-        delay = injected_delay(self.options.inject_delay, "eval", info.rank)
-        if delay:  # fault injection (a test's): a slow shard
-            ds = _after_sleeping(delay, ds)
-        progress = {}
-        accuracy, loss, count = evaluate(
-            self.model, ds, self.backend, rounds.round_seconds(self.options.collective_timeout_s),
-            self._eval_round(label, progress), progress)
+        opts, rank = self.options, self.backend.info.rank
+        accuracy, loss, count = evaluation.evaluate_shard(
+            self.model, self.data, self.backend, label, bound_s=opts.collective_timeout_s,
+            alive=self.watchdog.alive, delay_s=injected_delay(opts.inject_delay, "eval", rank))
         self.accuracy_history.append((self.global_step, accuracy))
         self.eval_loss_history.append((self.global_step, loss))
         self.observer.evaluation(label, {"step": self.global_step, "accuracy": accuracy,
@@ -424,8 +396,3 @@ class Trainer:
         self.watchdog.beat(self.global_step)
         return accuracy
 
-
-def _after_sleeping(seconds: float, batches):
-    """`batches`, the first of them `seconds` late (--inject_delay's slow evaluation)."""
-    time.sleep(seconds)
-    yield from batches
