@@ -61,19 +61,22 @@ def test_damage_is_refused_from_memory_too_and_a_fix_is_seen(data_dir):
     assert _load(data_dir).train.counts == first.train.counts
 
 
-def test_a_read_only_data_directory_remembers_in_the_users_cache(data_dir, tmp_path):
+def test_a_data_directory_that_cannot_take_the_memory_falls_back_to_the_users_cache(
+        data_dir, tmp_path):
+    """A directory in the memory file's place makes the write beside the data fail for
+    root too (a chmod would not: these tests run as root); the user's cache takes it."""
     key = schema_lib.digest(data_dir)
-    memory = verdicts.Memory(data_dir, key, cache_root=str(tmp_path / "cache"))
+    cache = tmp_path / "cache"
+    memory = verdicts.Memory(data_dir, key, cache_root=str(cache))
     paths = [os.path.join(data_dir, name) for name in sorted(os.listdir(data_dir))
              if name.endswith(".tfrecord")]
-    os.chmod(data_dir, 0o555)
-    try:
-        memory.remember(paths, {0: verdicts.Verdict(10)})
-    finally:
-        os.chmod(data_dir, 0o755)
-    assert not os.path.exists(os.path.join(data_dir, verdicts.MEMORY_FILE)) or os.getuid() == 0
-    assert verdicts.Memory(data_dir, key, str(tmp_path / "cache")).known(paths) == \
-        {0: verdicts.Verdict(10)}
-    assert verdicts.Memory(data_dir, "another schema", str(tmp_path / "cache")).known(paths) == {}
+    blocked = os.path.join(data_dir, verdicts.MEMORY_FILE)
+    os.mkdir(blocked)
+    memory.remember(paths, {0: verdicts.Verdict(10)})
+    assert os.path.isdir(blocked) and len(list(cache.glob("*.json"))) == 1
+    assert not [n for n in os.listdir(data_dir) if n.startswith(".verified-")]  # no leftovers
+    assert verdicts.Memory(data_dir, key, str(cache)).known(paths) == {0: verdicts.Verdict(10)}
+    assert verdicts.Memory(data_dir, "another schema", str(cache)).known(paths) == {}
+    os.rmdir(blocked)
     memory.forget()
     assert memory.known(paths) == {}
