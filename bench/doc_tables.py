@@ -259,3 +259,16 @@ def tape_overhead(r: dict) -> str:
     return "\n".join([conditions(r), "", markdown(
         ["model", "controller", "our gradient buckets", "ours ms/step", "hand-written ms/step",
          "ours / hand-written", "per round (rank 0)", f"<= {r['target']:g}"], rows)])
+
+
+def startup(r: dict) -> str:
+    """The time to the first step, ours against plain Keras model.fit, by phase."""
+    def phases(p):
+        return ", ".join(f"{k} {v:.2f}" for k, v in p.items() if k != "total")
+    rows = [[c["case"], f"{min(c['ours_s']):.2f}-{max(c['ours_s']):.2f}",
+             f"{min(c['keras_s']):.2f}-{max(c['keras_s']):.2f}", f"{c['ratio']:.3f}",
+             phases(c["ours_phases"]), phases(c["keras_phases"]),
+             verdict(c["ratio"] <= r["target"])] for c in r["cases"]]
+    return "\n".join([conditions(r), "", markdown(
+        ["case", "ours s", "Keras s", "ours / Keras (medians)", "ours by phase, s",
+         "Keras by phase, s", f"<= {r['target']:g}"], rows)])

@@ -82,7 +82,7 @@ def kept_if(label: str):
 
 # The results the summary of targets reads (bench/doc_targets.py), each if kept.
 SUMMARISED = ("m2_scaling", "comm", "m6_input", "m1_overhead", "epochs_memory",
-              "tape_overhead", "divergence_overhead", "keras_guard_overhead")
+              "tape_overhead", "divergence_overhead", "keras_guard_overhead", "startup")
 
 # Block name in the doc -> its table, from the kept results it names.
 BLOCKS = {
@@ -102,6 +102,7 @@ BLOCKS = {
     "divergence-overhead": lambda: doc_tables.divergence_overhead(kept("divergence_overhead")),
     "keras-guard-overhead": lambda: doc_tables.keras_guard_overhead(kept("keras_guard_overhead")),
     "tape-overhead": lambda: doc_tables.tape_overhead(kept("tape_overhead")),
+    "startup": lambda: doc_tables.startup(kept("startup")),
 }
 
 

@@ -1,8 +1,9 @@
 """Every benchmark figure in one invocation.
 
 M1..M6 and horovod vs mwms (issues 12 and 23), the step with and without XLA on CPU
-(issue 18), the divergence guard's cost (the trainer's check and the Keras drop-in's)
-and start-up and memory against --epochs (issue 46).
+(issue 18), the divergence guard's cost (the trainer's check and the Keras drop-in's),
+start-up and memory against --epochs (issue 46), and the time to the first step
+against plain Keras (issue 41).
 
   python bench/run_all.py [--short] [--out_dir runs/bench] [--only m1_overhead,comm,...]
 
@@ -22,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import (comm, common, epochs_memory, keras_guard_overhead, overhead,  # noqa: E402
-                   plot, scaling, tape_overhead, xla)
+                   plot, scaling, startup, tape_overhead, xla)
 
 # Figures whose orchestration is TF-free: measured in this process.
 FIGURES = {
@@ -33,6 +34,7 @@ FIGURES = {
     "keras_guard_overhead": (keras_guard_overhead.measure, keras_guard_overhead.report),
     "epochs_memory": (epochs_memory.measure, epochs_memory.report),  # issue 46
     "tape_overhead": (tape_overhead.measure, tape_overhead.report),  # issue 40
+    "startup": (startup.measure, startup.report),  # issue 41: time to the first step
 }
 # Figures that run TensorFlow in their own process: started as children, since TF must not
 # run in this orchestrating one. name -> (script, flags of the short version, of the full).

@@ -74,4 +74,4 @@ def fed_step(step_fn):
     def call(iterator, *extra):
         (x, y), waited = fetch_timed(iterator)
         return step_fn(x, y, *extra), waited
-    return tf.function(call)
+    return tf.function(call, autograph=False)  # plain graph code (see step.py's why)

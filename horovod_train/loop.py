@@ -12,7 +12,7 @@ from absl import logging
 
 import models
 from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
-from horovod_train import schedules
+from horovod_train import schedules, startup
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.errors import UsageError
@@ -87,10 +87,11 @@ def _train(trainer, keeper) -> tuple[RunRecord, dict]:
 def _summary(config, backend, model, jit, record: RunRecord, wall_start):
     rows = metrics.gather_rows(backend, [record.samples_per_sec or 0.0, record.cpu_s,
                                          record.samples, metrics.peak_rss_mb(),
-                                         record.first_step_after_s or 0.0])
+                                         record.first_step_after_s or 0.0, *record.startup_row])
     per_rank = [float(r[0]) for r in rows]
     # A rank that trained no step (a finished run relaunched) reports 0: None instead.
     first_step = [float(r[4]) if r[4] else None for r in rows]
+    phases = [startup.from_row(r[5:]) if r[4] else None for r in rows]
     cpu_s, samples = float(rows[:, 1].sum()), float(rows[:, 2].sum())
     digests = metrics.gather_digests(backend, metrics.weight_digest(model.weights))
     return {
@@ -124,6 +125,7 @@ def _summary(config, backend, model, jit, record: RunRecord, wall_start):
         # Start-up cost per rank: seconds from the process's start to its first step's
         # end (imports, joining, the input pipeline, tracing), and peak memory.
         "first_step_after_s_per_rank": first_step,
+        "startup_s_per_rank": phases,  # the same, by phase (startup.py)
         "peak_rss_mb_per_rank": [round(float(r[3]), 1) for r in rows],
         "divergence_checks": record.divergence_checks,  # cross-rank comparisons that passed
         "wall_seconds": time.perf_counter() - wall_start,
@@ -205,13 +207,18 @@ def _finish(config, backend, model, record, summary, observer) -> dict:
 
 def run(config) -> dict:
     """Trains per `config` on this process's rank; returns the run summary."""
+    clock = startup.StartupClock()
+    clock.mark("imports")
     wall_start = time.perf_counter()
     console.use_plain_lines()
     backend, jit = _setup(config, env.launch_info())
+    clock.mark("join")
     info = backend.info
     data = data_lib.load(config.data, peers=backend.comm)  # verification split across ranks
+    clock.mark("data")
     grid = _plan_grid(config, data.num_train_examples, info.size)
     model, optimizer = _build(config, backend, data, grid.per_epoch)
+    clock.mark("model")
     observer = observe.create(config, info.is_chief, info.size, grid.total, {
         "world_size": info.size, "backend": backend.name, "model": config.model,
         "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
@@ -219,7 +226,8 @@ def run(config) -> dict:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
                       grid, observer,
-                      learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch))
+                      learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch),
+                      startup=clock)
     if info.size > 1:  # bounds the checkpointer's waits on peers too
         trainer.watchdog.start()
     keeper = _keeper(config, backend, data, trainer.training_state(), grid,

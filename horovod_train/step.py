@@ -16,6 +16,11 @@ Two compiled forms compute the same update:
 XLA (StepOptions.jit_compile): both forms call the same two parts of one
 xla_split.XlaSplit, the gradients and the update, must-compile with XLA on; the
 collectives run between them, outside XLA. graph_facts() proves it on the step's graph.
+
+Every function here is traced with autograph off: the step has no Python control flow
+on tensors (the accumulation loop is an explicit tf.while_loop, the skip a tf.cond),
+and autograph's rewriting of the ~25 Python functions under the step was most of the
+first step's time (0.7 of 1.1 s for digits_cnn; bench/startup.py).
 """
 import dataclasses
 import time
@@ -47,9 +52,9 @@ class TrainStep:
         self.update_options = update.UpdateOptions(accum_steps=options.accum_steps)
         # One function object per part, shared by the fused and the timed step, so the
         # two compile the same way (and XLA compiles each part once per input shape).
-        self.split = XlaSplit(self._grads, self._apply, options.jit_compile)
-        self._comm_fn = tf.function(self._reduce_with_vote)
-        self.fused = tf.function(self._fused)
+        self.split = XlaSplit(self._grads, self._apply, options.jit_compile, autograph=False)
+        self._comm_fn = tf.function(self._reduce_with_vote, autograph=False)
+        self.fused = tf.function(self._fused, autograph=False)
 
     def tracing_count(self) -> int:
         """Traces of the step's functions so far (nested calls share a function's cache,
@@ -83,10 +88,13 @@ class TrainStep:
             xs = tf.reshape(x, [k, -1, *x.shape[1:]])
             ys = tf.reshape(y, [k, -1, *y.shape[1:]])
             loss, grads = self._micro_grads(xs[0], ys[0])
-            for i in tf.range(1, k):  # a graph loop: one set of activations at a time
+
+            def add_micro_batch(i, loss, grads):
                 micro_loss, micro = self._micro_grads(xs[i], ys[i])
-                loss += micro_loss
-                grads = [a + b for a, b in zip(grads, micro)]
+                return i + 1, loss + micro_loss, [a + b for a, b in zip(grads, micro)]
+            # A graph loop: one micro-batch's activations alive at a time.
+            _, loss, grads = tf.while_loop(lambda i, *_: i < k, add_micro_batch,
+                                           (tf.constant(1), loss, grads))
             loss, grads = loss / k, update.finish_accumulation(grads, self.update_options)
         if self.options.inject_nonfinite is not None:
             grads = [tf.where(poison, g * float("inf"), g) for g in grads]

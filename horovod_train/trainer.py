@@ -28,6 +28,7 @@ import time
 from absl import logging
 
 from horovod_train import divergence, evaluation, metrics, observe, stopping, watchdog
+from horovod_train.startup import StartupClock
 from horovod_train.config import injected_delay
 from horovod_train.checkpoint import training_state
 from horovod_train.data import pipeline
@@ -79,7 +80,7 @@ class Trainer:
     """The per-run state of the loop, and the loop (train)."""
 
     def __init__(self, options, backend, data, model, optimizer, grid, observer=None,
-                 learning_rate=None):
+                 learning_rate=None, startup=None):
         from horovod_train.step import StepOptions, TrainStep
         self.options, self.backend, self.data = options, backend, data  # TrainerOptions
         self.observer = observer or observe.NullObserver()
@@ -116,7 +117,7 @@ class Trainer:
         self.stop_agreed = False
         self.already_complete = False  # restored at (or past) the last step
         self.divergence_checks = 0  # cross-rank weight comparisons made (divergence.py)
-        self.first_step_after_s = None  # from this process's start to its first step's end
+        self.startup = startup or StartupClock()  # the phases up to the first step's end
 
     # -- the loop -------------------------------------------------------------------
 
@@ -137,7 +138,8 @@ class Trainer:
             eval_loss_history=list(self.eval_loss_history), skipped_steps=self.skipped_steps,
             loss_scale=float(self.step.loss_scale.scale.numpy()),
             graph_facts=dict(self.graph_facts), divergence_checks=self.divergence_checks,
-            first_step_after_s=self.first_step_after_s, samples_per_sec=tally.rate(),
+            first_step_after_s=self.startup.ends.get("first_step"),
+            startup_row=self.startup.row(), samples_per_sec=tally.rate(),
             cpu_s=tally.cpu_s, samples=tally.samples, already_complete=self.already_complete)
 
     def training_state(self) -> list:
@@ -267,6 +269,7 @@ class Trainer:
         controls = (self.step.poison(self.global_step + 1, self.backend.info.rank),
                     self.step.stop_vote(self.sigterm.requested))
         traces = self.step.tracing_count()
+        self.startup.mark("restore")  # the first call ends it; later ones change nothing
         t0 = time.perf_counter()
         loss, finite, stop, waited, parts, path = self._run(batch_iter, controls)
         loss, finite, waited = float(loss), float(finite), float(waited)
@@ -281,7 +284,8 @@ class Trainer:
             # This process's first step: collectives counted (timed out, below).
             cpu = metrics.process_cpu_s()
             self.graph_facts = self.step.graph_facts(*batch_iter.element_spec)
-            self.first_step_after_s = metrics.process_age_s()
+            self.startup.mark("first_step")
+            self.observer.startup(self.startup.seconds())
             # Inspecting the graph is set-up, not training: off the interval's clocks.
             self.meter.exclude(t2, cpu)
         self.global_step += 1

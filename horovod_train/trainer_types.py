@@ -63,6 +63,7 @@ class RunRecord:
     graph_facts: dict  # TrainStep.graph_facts: collectives in the step's graph, XLA
     divergence_checks: int  # cross-rank weight comparisons that passed
     first_step_after_s: float | None  # process start to first step's end; None: no step
+    startup_row: list  # startup.StartupClock.row(): seconds per start-up phase (0: none)
     samples_per_sec: float | None  # this rank's metrics.Throughput figure (THE samples/s)
     cpu_s: float  # this rank's CPU seconds over the same intervals
     samples: float  # samples in those intervals

@@ -28,9 +28,11 @@ class XlaSplit:
     by every caller, so each compiles once per input signature. The update is traced
     once per list of variables (a Keras train step may apply to any list)."""
 
-    def __init__(self, compute, update, jit_compile: bool, **compute_options):
-        self.jit_compile = bool(jit_compile)
-        self.compute = tf.function(compute, jit_compile=self.jit_compile, **compute_options)
+    def __init__(self, compute, update, jit_compile: bool, autograph: bool = True,
+                 **compute_options):
+        self.jit_compile, self.autograph = bool(jit_compile), autograph
+        self.compute = tf.function(compute, jit_compile=self.jit_compile, autograph=autograph,
+                                   **compute_options)
         self._update = update
         self.updates = {}  # ids of the variables -> their compiled update
 
@@ -38,7 +40,8 @@ class XlaSplit:
         key = tuple(id(v) for v in variables)
         if key not in self.updates:
             self.updates[key] = tf.function(lambda g: self._update(g, variables),
-                                            jit_compile=self.jit_compile)
+                                            jit_compile=self.jit_compile,
+                                            autograph=self.autograph)
         return self.updates[key](grads)
 
     def tracing_count(self) -> int:

@@ -64,8 +64,9 @@ if _path:
 
         def _one_step(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            if not _first and getattr(self, "first_step_after_s", None):
-                _first.append(self.first_step_after_s)
+            clock = getattr(self, "startup", None)
+            if not _first and clock is not None and clock.done:
+                _first.append(clock.ends["first_step"])
         module.Trainer._one_step = _one_step
 
     import importlib.abc, importlib.machinery

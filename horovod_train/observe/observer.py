@@ -55,6 +55,9 @@ class NullObserver:
     def after_step(self, step: int):
         pass
 
+    def startup(self, seconds: dict):
+        pass
+
     def interval(self, record: dict):
         pass
 
@@ -157,6 +160,13 @@ class ChiefObserver(NullObserver):
         self.progress.line(line, record["step"], record["samples_per_sec"], step_s)
         if self._jsonl:
             self._writer.submit(self._write, record, _train_scalars(record))
+
+    def startup(self, seconds: dict):
+        """After this process's first step: the `start-up |` line and its record."""
+        from horovod_train import startup
+        self.progress.note(startup.line(seconds))
+        if self._jsonl:
+            self._writer.submit(self._append, {"kind": "startup", "seconds": seconds})
 
     def evaluation(self, label: str, record: dict):
         self.progress.note(

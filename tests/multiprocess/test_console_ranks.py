@@ -20,7 +20,7 @@ from ranks import horovodrun, mpirun
 
 
 TAG = LAUNCHER_TAG
-OURS = re.compile(TAG + r"(?:gpu   |config |scaling |train |divergence |eval  |done  )\| ")
+OURS = re.compile(TAG + r"(?:gpu   |config |start-up |scaling |train |divergence |eval  |done  )\| ")
 LONG_NUMBER = re.compile(r"\d{10,}")  # a float's 16 digits (loss 0.0009377987735206261)
 BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/\d+ +\d+% \| (?:\d+|-) samples/s \| eta ")
 SHORT = ["--max_steps=60", "--log_every=20", "--eval_every_epochs=0", "--noinstrument"]
@@ -59,6 +59,12 @@ def test_make_train_prints_only_our_lines(tmp_path):
     done = [line for line in err if "done  | " in line]
     assert len(done) == 1 and f"| {rate} samples/s |" in done[0], (done, rate)
     assert f", {rate} samples/s," in out[1]
+    # The time to the first step by phase: the chief's, once, as summary.json has it.
+    startup_lines = [line for line in err if "start-up | " in line]
+    chief = summary["startup_s_per_rank"][0]
+    assert len(startup_lines) == 1 and \
+        f"| {chief['total']:.1f} s to the first step: imports " in startup_lines[0], startup_lines
+    assert len(summary["startup_s_per_rank"]) == 2
     assert f"summary_json={tmp_path}/summary.json" in proc.stderr  # the changed option
     assert "\x1b[K" not in proc.stderr + proc.stdout  # pipes, no terminal: no bar
 

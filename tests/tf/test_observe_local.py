@@ -26,8 +26,10 @@ def test_local_run_records_intervals_scalars_and_its_baseline(tmp_path):
     summary = loop.run(config)
     assert json.load(open(run_dir / "summary.json"))["steps"] == 40 == summary["steps"]
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
-    assert [r["kind"] for r in records] == ["start"] + ["train"] * 4 + ["eval", "end"]
-    last = records[4]
+    assert [r["kind"] for r in records] == ["start", "startup"] + ["train"] * 4 + ["eval", "end"]
+    # The time to the first step by phase, as summary.json has it.
+    assert records[1]["seconds"] == summary["startup_s_per_rank"][0]
+    last = records[5]
     # One process communicates nothing: no comm part (test_observe_numbers_local.py).
     assert set(last["seconds_per_step"]) == {"data", "compute", "optimizer", "sync", "other"}
     assert sum(last["seconds_per_step"].values()) == pytest.approx(last["step_s"])

@@ -9,7 +9,7 @@ tf = pytest.importorskip("tensorflow")
 import keras  # noqa: E402
 
 from horovod_train import config as cfg  # noqa: E402
-from horovod_train import loop  # noqa: E402
+from horovod_train import loop, startup  # noqa: E402
 
 # Recorded from a run before the Trainer returned a RunRecord; a change here is a change
 # of the summary's contract, not a refactor.
@@ -21,7 +21,8 @@ SUMMARY_TYPES = {
     "first_step_after_s_per_rank": list, "global_batch": int, "grad_accum_steps": int,
     "jit_compile": bool, "loss_history": list, "loss_scale": float, "model": str,
     "peak_rss_mb_per_rank": list, "precision": str, "samples_per_sec": float,
-    "samples_per_sec_per_rank": list, "skipped_steps": int, "steps": int,
+    "samples_per_sec_per_rank": list, "skipped_steps": int, "startup_s_per_rank": list,
+    "steps": int,
     "test_accuracy": float, "test_loss": float, "wall_seconds": float,
     "weight_digests": list, "wire_bytes_per_step": int, "world_size": int,
     "xla_compiled_functions": int,
@@ -49,6 +50,12 @@ def test_summary_keys_and_types_of_a_run_and_of_its_relaunch(tmp_path):
     assert [s for s, _ in written["accuracy_history"]] == [24]
     assert written["final_loss"] == written["loss_history"][-1][1]
     assert set(returned) == set(written)
+    # The time to the first step by phase: every phase, adding up to the total.
+    (phases,) = written["startup_s_per_rank"]
+    assert set(phases) == {*startup.KEYS, "total"}
+    assert all(v >= 0 for v in phases.values()) and phases["first_step"] > 0
+    assert phases["total"] == pytest.approx(sum(phases[k] for k in startup.KEYS), abs=0.01)
+    assert phases["total"] == pytest.approx(written["first_step_after_s_per_rank"][0], abs=0.01)
 
     # A relaunch of the finished run trains nothing: the earlier summary, marked.
     keras.backend.clear_session()
