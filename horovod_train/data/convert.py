@@ -17,8 +17,8 @@ import shutil
 
 import numpy as np
 
+from horovod_train.data import options, writers
 from horovod_train.data import schema as schema_lib
-from horovod_train.data import writers
 from horovod_train.errors import usage_error
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -52,6 +52,8 @@ class ConvertOptions:
         if self.channels not in (1, 3) or self.encoding not in ("raw", "png"):
             raise usage_error("--channels/--encoding", (self.channels, self.encoding),
                               "channels 1 or 3, encoding raw or png", "pass --channels=3")
+        if self.format == "lmdb":
+            options.check_lmdb_local("--output_dir", self.output_dir)
 
 
 @dataclasses.dataclass(frozen=True)
