@@ -146,11 +146,8 @@ class DataConfig:
         check_field_choices(self)
         from horovod_train.data import options  # TF-free
         object.__setattr__(self, "synthetic_shape", options.parse_shape(self.synthetic_shape))
-        options.validate(self)
+        options.validate(self)  # --data_dir too: local paths here, URLs where data loads
         check_positive("--batch_size", self.batch_size)
-        if self.data_dir and not os.path.isdir(self.data_dir):
-            raise usage_error("--data_dir", self.data_dir, "an existing directory",
-                              "create it or fix the path (bundled sets need no --data_dir)")
         if self.data_threads < 0:
             raise usage_error("--data_threads", self.data_threads, "0 (autotune) or a positive count",
                               "pass --data_threads=0")

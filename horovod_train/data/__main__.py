@@ -63,14 +63,17 @@ def _verify(args) -> None:
     import os
     from horovod_train import config as cfg
     from horovod_train import data
+    from horovod_train.data import fs, verdicts
     from horovod_train.data import schema as schema_lib
-    from horovod_train.data import verdicts
     meta_path = os.path.join(args.data_dir, schema_lib.METADATA)
     fmt = "tfrecord"  # without dataset.json, the tfrecord source reports what is missing
-    if os.path.isfile(meta_path):
-        with open(meta_path, encoding="utf-8") as f:
-            fmt = json.load(f).get("format", fmt)
-    if os.path.isfile(meta_path):  # this command reads every record: nothing remembered
+    try:
+        found = fs.isfile(meta_path)
+    except OSError:
+        found = False  # the tfrecord source names the filesystem's refusal
+    if found:
+        fmt = json.loads(fs.read_text(meta_path)).get("format", fmt)
+        # This command reads every record: nothing remembered.
         verdicts.Memory(args.data_dir, schema_lib.digest(args.data_dir)).forget()
     source = data.load(cfg.DataConfig(dataset=fmt, data_dir=args.data_dir, verify_data=True,
                                       skip_corrupt=args.skip_corrupt))

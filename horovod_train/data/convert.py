@@ -13,12 +13,11 @@ Training examples are written in a seeded random order, so every shard mixes cla
 import dataclasses
 import io
 import os
-import shutil
 
 import numpy as np
 
+from horovod_train.data import fs, options, writers
 from horovod_train.data import schema as schema_lib
-from horovod_train.data import writers
 from horovod_train.errors import usage_error
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -52,6 +51,8 @@ class ConvertOptions:
         if self.channels not in (1, 3) or self.encoding not in ("raw", "png"):
             raise usage_error("--channels/--encoding", (self.channels, self.encoding),
                               "channels 1 or 3, encoding raw or png", "pass --channels=3")
+        if self.format == "lmdb":
+            options.check_lmdb_local("--output_dir", self.output_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +68,7 @@ def _holdout(n: int, opts: ConvertOptions) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _npz_arrays(path: str):
-    with np.load(path) as z:
+    with fs.open_file(path, "rb") as f, np.load(f) as z:
         keys = set(z.files)
         if {"x_train", "y_train"} <= keys:
             test = (z["x_test"], z["y_test"]) if {"x_test", "y_test"} <= keys else None
@@ -126,12 +127,12 @@ def _from_numpy(opts: ConvertOptions) -> Prepared:
 
 
 def _class_files(root: str, classes=None):
-    classes = classes or sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    classes = classes or sorted(d for d in fs.listdir(root) if fs.isdir(os.path.join(root, d)))
     pairs = []
     for label, name in enumerate(classes):
         folder = os.path.join(root, name)
-        files = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTS)) \
-            if os.path.isdir(folder) else []
+        files = sorted(f for f in fs.listdir(folder) if f.lower().endswith(IMAGE_EXTS)) \
+            if fs.isdir(folder) else []
         pairs += [(os.path.join(folder, f), label) for f in files]
     if not pairs:
         raise usage_error(f"--input {root}", "no images", f"class sub-folders of {IMAGE_EXTS} "
@@ -144,10 +145,10 @@ def _encode_image(path: str, size: tuple, channels: int) -> bytes:
     from PIL import Image
     mode = "L" if channels == 1 else "RGB"
     try:
-        with Image.open(path) as im:
+        data = fs.read_bytes(path)
+        with Image.open(io.BytesIO(data)) as im:
             if im.format in ("PNG", "JPEG") and im.size == (size[1], size[0]) and im.mode == mode:
-                with open(path, "rb") as f:
-                    return f.read()
+                return data
             im = im.convert(mode)
             if im.size != (size[1], size[0]):
                 im = im.resize((size[1], size[0]))
@@ -163,13 +164,13 @@ def _image_size(path: str, opts: ConvertOptions) -> tuple:
     if opts.image_size:
         return tuple(opts.image_size)
     from PIL import Image
-    with Image.open(path) as im:
+    with fs.open_file(path, "rb") as f, Image.open(f) as im:
         return im.size[1], im.size[0]
 
 
 def _from_images(opts: ConvertOptions) -> Prepared:
     train_dir, test_dir = (os.path.join(opts.input, s) for s in ("train", "test"))
-    if os.path.isdir(train_dir) and os.path.isdir(test_dir):
+    if fs.isdir(train_dir) and fs.isdir(test_dir):
         train, classes = _class_files(train_dir)
         test, _ = _class_files(test_dir, classes)
         train = [train[i] for i in np.random.default_rng(opts.seed).permutation(len(train))]
@@ -179,8 +180,9 @@ def _from_images(opts: ConvertOptions) -> Prepared:
         train, test = [pairs[i] for i in train_idx], [pairs[i] for i in test_idx]
     size = _image_size(train[0][0], opts)
     schema = schema_lib.Schema("image", (*size, opts.channels), "uint8", len(classes), "encoded")
-    with open(os.path.join(opts.output_dir, "labels.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(classes) + "\n")  # label i is line i
+    # label i is line i
+    fs.write_atomic(os.path.join(opts.output_dir, "labels.txt"),
+                    ("\n".join(classes) + "\n").encode("utf-8"))
 
     def records(pairs):
         return lambda: (writers.image_example(_encode_image(p, size, opts.channels), label)
@@ -189,18 +191,13 @@ def _from_images(opts: ConvertOptions) -> Prepared:
                              "test": (len(test), records(test))})
 
 
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def _from_text(opts: ConvertOptions) -> Prepared:
-    if os.path.isdir(opts.input):
-        paths = sorted(os.path.join(d, f) for d, _, files in os.walk(opts.input)
+    if fs.isdir(opts.input):
+        paths = sorted(os.path.join(d, f) for d, _, files in fs.walk(opts.input)
                        for f in files if f.endswith(".txt"))
     else:
         paths = [opts.input]
-    data = b"".join(_read_bytes(p) for p in paths)
+    data = b"".join(fs.read_bytes(p) for p in paths)
     length = opts.seq_len + 1
     # Windows overlap by one token, so every token is a prediction target once.
     starts = np.arange(0, max(len(data) - length + 1, 0), opts.seq_len)
@@ -219,17 +216,25 @@ def _from_text(opts: ConvertOptions) -> Prepared:
 
 def _input_kind(path: str) -> str:
     """numpy, text or images, from the path alone (before anything is written)."""
-    if os.path.isfile(path) and path.endswith(".npz"):
+    try:
+        return _kind_of(path)
+    except OSError as err:  # a URL's filesystem refused: no such scheme, no access
+        raise usage_error("--input", f"{path} ({err})", "a path this process can read",
+                          fs.ACCESS_FIX) from None
+
+
+def _kind_of(path: str) -> str:
+    if fs.isfile(path) and path.endswith(".npz"):
         return "numpy"
-    if os.path.isfile(path) and path.endswith(".txt"):
+    if fs.isfile(path) and path.endswith(".txt"):
         return "text"
-    if os.path.isdir(path):
-        entries = os.listdir(path)
-        if any(os.path.isdir(os.path.join(path, e)) for e in entries):
+    if fs.isdir(path):
+        entries = fs.listdir(path)
+        if any(fs.isdir(os.path.join(path, e)) for e in entries):
             return "images"
         if any(e.endswith(".txt") for e in entries):
             return "text"
-    state = "a missing path" if not os.path.exists(path) else "an unsupported input"
+    state = "a missing path" if not fs.exists(path) else "an unsupported input"
     raise usage_error("--input", f"{path} ({state})",
                       "a .npz file, a .txt file or folder of .txt files, or a folder of class "
                       "folders of images", "pass --input=<an existing file or folder of those>")
@@ -238,9 +243,9 @@ def _input_kind(path: str) -> str:
 def _make_output_dir(out: str) -> None:
     """Creates --output_dir; a path that is (or lies under) a regular file is bad input."""
     try:
-        os.makedirs(out, exist_ok=True)  # exist_ok still refuses an existing file
+        fs.makedirs(out)  # still refuses an existing file
     except OSError as err:
-        state = "a regular file" if os.path.isfile(out) else \
+        state = "a regular file" if fs.isfile(out) else \
             f"a path that cannot be created: {err.strerror or err}"
         raise usage_error("--output_dir", f"{out} ({state})", "a directory, new or existing",
                           "pass --output_dir=<a directory path>") from None
@@ -249,18 +254,17 @@ def _make_output_dir(out: str) -> None:
 def _prepare_output(opts: ConvertOptions) -> None:
     _make_output_dir(opts.output_dir)
     path = os.path.join(opts.output_dir, schema_lib.METADATA)
-    if os.path.exists(path):
+    if fs.exists(path):
         if not opts.overwrite:
             raise usage_error("--output_dir", opts.output_dir, "a directory without a dataset",
                               "pick a new --output_dir, or pass --overwrite")
         # Remove the old dataset's files: a stale shard or LMDB would mix into the new one.
-        with open(path, encoding="utf-8") as f:
-            old = schema_lib.from_json(f.read(), path)
-        os.remove(path)
+        old = schema_lib.from_json(fs.read_text(path), path)
+        fs.remove(path)
         for split in old.splits.values():
             for name in split.files:
                 target = os.path.join(opts.output_dir, name)
-                shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+                fs.rmtree(target) if fs.isdir(target) else fs.remove(target)
 
 
 def convert(opts: ConvertOptions) -> schema_lib.Metadata:

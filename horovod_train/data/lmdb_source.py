@@ -4,7 +4,8 @@ Record i is the tf.train.Example stored under the key lmdb_key(i) (the layout of
 TFRecord records, so both decode identically). Random access is cheap, so each worker
 reads its own contiguous key range, in a fresh seeded permutation every epoch: a full
 shuffle with no buffer. The key range comes from the record count, which every rank
-reads from the environment itself.
+reads from the environment itself. LMDB is local only: DataConfig refuses a URL
+--data_dir (options.check_lmdb_local), since a memory map needs a local file.
 """
 import dataclasses
 import os
@@ -15,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from horovod_train.data import decode, pipeline, sharding, verify, writers
+from horovod_train.data import decode, fs, pipeline, sharding, verify, writers
 from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 
@@ -26,7 +27,7 @@ _ENVS = {}  # path -> environment: LMDB allows one open environment per file per
 def _env(path: str):
     if path not in _ENVS:
         try:
-            env = lmdb.open(path, readonly=True, lock=False, readahead=False,
+            env = lmdb.open(fs.local_path(path), readonly=True, lock=False, readahead=False,
                             subdir=True, max_readers=512)
         except lmdb.Error as err:
             raise usage_error(f"LMDB environment {path}", f"an unreadable database ({err})",
@@ -44,7 +45,7 @@ def _check_size(path: str, env) -> None:
     last_page, page_size = env.info()["last_pgno"], env.stat()["psize"]
     needed = (last_page + 1) * page_size
     file = os.path.join(path, "data.mdb")
-    actual = os.path.getsize(file)
+    actual = fs.stat(file).size
     if actual < needed:
         env.close()
         raise usage_error(f"LMDB file {file}", f"{actual} bytes",
@@ -155,7 +156,7 @@ def _key_set(data_dir, meta, name: str, flag: str, config) -> tuple[KeySet, int]
     where = os.path.join(data_dir, schema_lib.METADATA)
     split = schema_lib.split_of(meta, name, where, flag)
     path = os.path.join(data_dir, split.files[0])
-    if not os.path.isfile(os.path.join(path, "data.mdb")):
+    if not fs.isfile(os.path.join(path, "data.mdb")):
         raise usage_error(f"LMDB environment {path}", "a missing environment",
                           f"a directory holding data.mdb, as listed in {where}",
                           "restore it or re-convert")

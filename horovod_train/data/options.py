@@ -6,9 +6,13 @@ before TensorFlow is imported.
 """
 import os
 
+from horovod_train.data import fs
 from horovod_train.errors import usage_error
 
 NEEDS_DATA_DIR = ("tfrecord", "lmdb")
+# Sources whose --data_dir must be on this machine's disk, and why.
+LOCAL_ONLY = {"lmdb": "LMDB needs a local memory map",
+              "pycorpus": "pycorpus builds its files under a local file lock"}
 
 
 def parse_shape(value) -> tuple:
@@ -24,11 +28,38 @@ def parse_shape(value) -> tuple:
     return shape
 
 
+def check_lmdb_local(flag: str, path: str) -> None:
+    """LMDB reads and writes through a memory map, which a URL cannot give."""
+    _check_local(flag, path, "lmdb", "keep LMDB on local disk (copy a remote one down, e.g. "
+                 "`gsutil -m cp -r`) and pass that path, or convert with --format=tfrecord")
+
+
+def _check_local(flag: str, path: str, dataset: str, fix: str) -> None:
+    if path and not fs.is_local(path):
+        raise usage_error(flag, path, f"a local directory ({LOCAL_ONLY[dataset]})", fix)
+
+
+def _check_data_dir(dc) -> None:
+    """A local --data_dir must exist; a URL's is checked where the data loads, through
+    its filesystem (validation imports no TensorFlow)."""
+    if dc.dataset == "lmdb":
+        check_lmdb_local("--data_dir", dc.data_dir)
+    if dc.dataset == "pycorpus":
+        _check_local("--data_dir", dc.data_dir, "pycorpus",
+                     "build it on local disk (pass a local --data_dir), copy it, and read "
+                     "the copy with --dataset=tfrecord")
+    if dc.data_dir and fs.is_local(dc.data_dir) and not fs.isdir(dc.data_dir):
+        raise usage_error("--data_dir", dc.data_dir, "an existing directory",
+                          "create it or fix the path (bundled sets need no --data_dir)")
+
+
 def _check_cache(cache: str) -> None:
-    if cache in ("", "memory"):
+    """A local file prefix needs its directory; a URL's is the filesystem's to refuse
+    (an object store has no directories before its objects)."""
+    if cache in ("", "memory") or not fs.is_local(cache):
         return
-    parent = os.path.dirname(os.path.abspath(cache))
-    if not os.path.isdir(parent):
+    parent = os.path.dirname(fs.absolute(cache))
+    if not fs.isdir(parent):
         raise usage_error("--cache", cache, "'memory', or a file prefix in an existing directory",
                           f"create {parent} or pass --cache=memory")
 
@@ -52,4 +83,5 @@ def validate(dc) -> None:
     for flag, split in (("--train_split", dc.train_split), ("--eval_split", dc.eval_split)):
         if not split:
             raise usage_error(flag, split, "a split name such as train or test", f"pass {flag}=NAME")
+    _check_data_dir(dc)
     _check_cache(dc.cache)

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 
+from horovod_train.data import fs
 from horovod_train.errors import UsageError, usage_error
 
 METADATA = "dataset.json"
@@ -109,19 +110,28 @@ def read(data_dir: str | None, fmt: str) -> Metadata:
     if not data_dir:
         raise usage_error("--data_dir", data_dir, f"the directory of a {fmt} dataset",
                           f"pass --data_dir=DIR ({CONVERT_FIX})")
-    if not os.path.isdir(data_dir):
-        raise usage_error("--data_dir", data_dir, "an existing directory", "fix the path")
     path = os.path.join(data_dir, METADATA)
-    if not os.path.isfile(path):
-        state = "an empty directory" if not os.listdir(data_dir) else f"a directory without {METADATA}"
-        raise usage_error("--data_dir", f"{data_dir} ({state})",
-                          f"a {fmt} dataset directory holding {METADATA}", CONVERT_FIX)
-    with open(path, encoding="utf-8") as f:
-        meta = from_json(f.read(), path)
+    try:
+        text = _metadata_text(data_dir, path, fmt)
+    except OSError as err:  # a URL's filesystem refused: no such scheme, no access
+        raise usage_error("--data_dir", f"{data_dir} ({err})", "a directory this process can "
+                          "read", fs.ACCESS_FIX) from None
+    meta = from_json(text, path)
     if meta.format != fmt:
         raise usage_error(path, f"format {meta.format!r}", f"format {fmt!r}",
                           f"pass --dataset={meta.format} for this directory")
     return meta
+
+
+def _metadata_text(data_dir: str, path: str, fmt: str) -> str:
+    if not fs.isdir(data_dir):
+        raise usage_error("--data_dir", data_dir, "an existing directory", "fix the path")
+    if not fs.isfile(path):
+        state = "an empty directory" if not fs.listdir(data_dir) else \
+            f"a directory without {METADATA}"
+        raise usage_error("--data_dir", f"{data_dir} ({state})",
+                          f"a {fmt} dataset directory holding {METADATA}", CONVERT_FIX)
+    return fs.read_text(path)
 
 
 def split_of(meta: Metadata, name: str, where: str, flag: str) -> Split:
@@ -146,5 +156,4 @@ class SchemaShape:
 def digest(data_dir: str) -> str:
     """The dataset description's digest: a remembered verdict holds for this one only."""
     import hashlib
-    with open(os.path.join(data_dir, METADATA), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    return hashlib.sha256(fs.read_bytes(os.path.join(data_dir, METADATA))).hexdigest()[:16]

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from horovod_train.data import decode, pipeline, sharding, verdicts, verify
+from horovod_train.data import decode, fs, pipeline, sharding, verdicts, verify
 from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 
@@ -98,8 +98,8 @@ class TFRecordSource(schema_lib.SchemaShape):
 def frame_count(path: str) -> int:
     """Records whose length headers can be followed (checksums unchecked): how many
     records a file holds when its contents cannot be trusted past a corruption."""
-    count, pos, size = 0, 0, os.path.getsize(path)
-    with open(path, "rb") as f:
+    count, pos, size = 0, 0, fs.stat(path).size
+    with fs.open_file(path, "rb") as f:
         while pos + 12 <= size:
             f.seek(pos)
             (length,) = struct.unpack("<Q", f.read(8))
@@ -129,7 +129,7 @@ def _judge(path: str, result: verdicts.Verdict, skip: bool,
 
 def _check_sizes(paths, split: schema_lib.Split) -> None:
     for path, size in zip(paths, split.sizes or ()):
-        actual = os.path.getsize(path)
+        actual = fs.stat(path).size
         if actual != size:
             raise usage_error(f"TFRecord file {path}", f"{actual} bytes",
                               f"{size} bytes as recorded in {schema_lib.METADATA} "
@@ -142,7 +142,7 @@ def _file_set(data_dir, meta, name: str, flag: str, config, peers=None,
     split = schema_lib.split_of(meta, name, where, flag)
     paths = tuple(os.path.join(data_dir, f) for f in split.files)
     for path in paths:
-        if not os.path.isfile(path):
+        if not fs.isfile(path):
             raise usage_error(f"TFRecord file {path}", "a missing file",
                               f"every file listed in {where}", "restore it or re-convert")
     scan_all = config.verify_data or config.skip_corrupt or split.records is None

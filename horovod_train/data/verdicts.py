@@ -12,16 +12,21 @@ rank costs each rank a pass over the whole dataset at every launch. Instead:
     keyed by the file's name, size and modification time and the dataset's schema, so
     a relaunch scans only what changed. The chief reads the memory and shares what it
     knows, so ranks that do not share a filesystem still agree.
+
+The data directory may be a URL (fs.py): the memory is read and written through the
+same filesystem, and a memory that does not parse counts as none, so a reader never
+trusts half a file even where the filesystem's rename is not atomic.
 """
 import contextlib
 import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 
 from absl import logging
+
+from horovod_train.data import fs
 
 MEMORY_FILE = ".horovod_train-verified.json"
 MEMORY_VERSION = 1
@@ -67,7 +72,8 @@ class Memory:
     """The verdicts of one data directory's files for one schema, on disk."""
 
     def __init__(self, data_dir: str, schema_key: str, cache_root: str | None = None):
-        self.data_dir, self.schema_key = os.path.abspath(data_dir), schema_key
+        # A URL as given: it names the same place from every machine.
+        self.data_dir, self.schema_key = fs.absolute(data_dir), schema_key
         self.cache_root = cache_root or os.path.join(
             os.path.expanduser("~"), ".cache", "horovod_train", "verified")
 
@@ -85,7 +91,8 @@ class Memory:
         out = {}
         for i, path in enumerate(paths):
             entry = entries.get(os.path.basename(path))
-            if entry is not None and entry["stamp"] == _stamp(path):
+            stamp = _stamp(path) if entry is not None else None
+            if stamp is not None and entry["stamp"] == stamp:
                 out[i] = Verdict(entry["good"], entry["error"], entry["first_bad"])
         return out
 
@@ -105,12 +112,11 @@ class Memory:
         verify` reads every record again)."""
         for place in self._places():
             with contextlib.suppress(OSError):
-                os.unlink(place)
+                fs.remove(place)
 
     def _read(self, place: str) -> dict:
         try:
-            with open(place, encoding="utf-8") as f:
-                memory = json.load(f)
+            memory = json.loads(fs.read_text(place))
         except (OSError, ValueError):
             return {}
         if not isinstance(memory, dict) or memory.get("version") != MEMORY_VERSION or \
@@ -121,27 +127,22 @@ class Memory:
 
 
 def _stamp(path: str) -> list | None:
-    """[size, modification time in ns] of a file; a rewrite changes one of them."""
+    """[size, modification time in ns] of a file; a rewrite changes one of them. Where
+    the filesystem keeps no time (TF's ram://), [size, "crc32:<checksum>"]: one read of
+    the bytes, far cheaper than parsing and decoding every record, and a size alone
+    would miss a same-sized rewrite. None when the file cannot be read."""
     try:
-        st = os.stat(path)
+        st = fs.stat(path)
+        return [st.size, st.mtime_ns if st.mtime_ns else f"crc32:{fs.crc32(path):08x}"]
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns]
 
 
 def _write(place: str, memory: dict) -> bool:
-    """Writes aside, then renames: a reader never sees half a file. False if it cannot."""
+    """Writes aside, then renames (fs.write_atomic). False if it cannot."""
     try:
-        os.makedirs(os.path.dirname(place), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".verified-", dir=os.path.dirname(place))
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(memory, f)
-        os.replace(tmp, place)
+        fs.makedirs(os.path.dirname(place))
+        fs.write_atomic(place, json.dumps(memory).encode("utf-8"))
         return True
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         return False

@@ -10,6 +10,7 @@ import time
 
 import lmdb
 
+from horovod_train.data import fs
 from horovod_train.data import schema as schema_lib
 
 LMDB_KEY_DIGITS = 10  # zero-padded ordinals sort in record order
@@ -96,7 +97,7 @@ def write_tfrecord(out_dir: str, split: str, records, count: int, num_shards: in
                     progress.update()
         names.append(name)
         counts.append(hi - lo)
-        sizes.append(os.path.getsize(path))
+        sizes.append(fs.stat(path).size)
     return schema_lib.Split(tuple(names), tuple(counts), tuple(sizes))
 
 
@@ -108,9 +109,10 @@ def _put_all(env, items) -> None:
 
 def write_lmdb(out_dir: str, split: str, records, count: int,
                progress: Progress | None = None, commit_every: int = 1000) -> schema_lib.Split:
-    """One LMDB environment `<split>.lmdb`; record i under key lmdb_key(i)."""
+    """One LMDB environment `<split>.lmdb`; record i under key lmdb_key(i). `out_dir` is
+    local (options.check_lmdb_local): LMDB memory-maps its file."""
     name = f"{split}.lmdb"
-    env = lmdb.open(os.path.join(out_dir, name), map_size=64 << 20, subdir=True)
+    env = lmdb.open(fs.local_path(os.path.join(out_dir, name)), map_size=64 << 20, subdir=True)
     pending, index = [], 0
     try:
         for value in records:
@@ -138,9 +140,8 @@ def _commit(env, pending) -> None:
 
 
 def write_metadata(out_dir: str, meta: schema_lib.Metadata) -> str:
+    """Written last, after every shard, and aside then renamed (fs.write_atomic): a
+    directory holding dataset.json is whole wherever the filesystem's rename is not."""
     path = os.path.join(out_dir, schema_lib.METADATA)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(schema_lib.to_json(meta))
-    os.replace(tmp, path)  # a reader never sees half a file
+    fs.write_atomic(path, schema_lib.to_json(meta).encode("utf-8"))
     return path

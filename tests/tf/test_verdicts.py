@@ -74,7 +74,7 @@ def test_a_data_directory_that_cannot_take_the_memory_falls_back_to_the_users_ca
     os.mkdir(blocked)
     memory.remember(paths, {0: verdicts.Verdict(10)})
     assert os.path.isdir(blocked) and len(list(cache.glob("*.json"))) == 1
-    assert not [n for n in os.listdir(data_dir) if n.startswith(".verified-")]  # no leftovers
+    assert not [n for n in os.listdir(data_dir) if n.endswith(".partial")]  # no leftovers
     assert verdicts.Memory(data_dir, key, str(cache)).known(paths) == {0: verdicts.Verdict(10)}
     assert verdicts.Memory(data_dir, "another schema", str(cache)).known(paths) == {}
     os.rmdir(blocked)

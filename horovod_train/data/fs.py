@@ -1,0 +1,229 @@
+"""The one place where data paths touch a filesystem. TF-free at import.
+
+A data path is a local path (`/data/x`, `data/x`, `file:///data/x`) or a URL of a
+filesystem TensorFlow has registered: `gs://` and `ram://` come with it; `s3://` and
+`hdfs://` with tensorflow-io, which _gfile imports for a scheme TensorFlow lacks.
+
+The rule, in one function (`_gfile`): a URL goes through tf.io.gfile, the layer that
+TensorFlow's own readers and writers (TFRecordDataset, TFRecordWriter, tf.data's file
+cache) use, so what this module checked is what the trainer reads; a local path goes
+through os. Not tf.io.gfile for every path, because
+  - the converter's bad-input errors, the data CLI's argument checks and DataConfig's
+    validation then come back without importing TensorFlow (config.py is TF-free);
+  - os.replace is an atomic rename, and a local error keeps its errno and strerror
+    for the one-line messages;
+  - LMDB memory-maps its file, which needs a local path anyway.
+TensorFlow is imported on the first URL, never at import.
+
+Errors: every call raises OSError (FileNotFoundError for a missing path), whichever
+side served it, so callers handle one kind; a URL's OSError carries TensorFlow's message.
+"""
+import contextlib
+import dataclasses
+import errno
+import os
+import re
+import shutil
+import tempfile
+import uuid
+import zlib
+
+from horovod_train import filemode
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+LOCAL_SCHEMES = ("", "file")
+CHUNK = 1 << 20  # bytes per read when checksumming
+ACCESS_FIX = "fix the path, or the credentials and access of its filesystem"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+    size: int  # bytes
+    mtime_ns: int  # 0 when the filesystem keeps no modification time (TF's ram://)
+
+
+def scheme(path: str) -> str:
+    """`gs` for gs://bucket/x; "" for a plain path."""
+    found = _SCHEME.match(str(path))
+    return found.group(1).lower() if found else ""
+
+
+def is_local(path: str) -> bool:
+    """A path on this machine's own filesystem: no scheme, or file://."""
+    return scheme(path) in LOCAL_SCHEMES
+
+
+def local_path(path: str) -> str:
+    """The plain path of a local one (file:///x -> /x); URLs are returned as given."""
+    return path[len("file://"):] if scheme(path) == "file" else path
+
+
+def absolute(path: str) -> str:
+    """An absolute local path, or the URL as given (a URL has no working directory)."""
+    return os.path.abspath(local_path(path)) if is_local(path) else path
+
+
+def _gfile(path: str):
+    """tf.io.gfile for a URL, None for a local path: the rule of this module."""
+    if is_local(path):
+        return None
+    import tensorflow as tf
+    if scheme(path) not in tf.io.gfile.get_registered_schemes():
+        # s3://, hdfs://, az:// ... are tensorflow-io's, registered when it is imported.
+        with contextlib.suppress(ImportError):
+            import tensorflow_io  # noqa: F401
+    return tf.io.gfile
+
+
+@contextlib.contextmanager
+def _as_oserror(path: str):
+    """TensorFlow's filesystem errors as OSError (NotFound as FileNotFoundError)."""
+    import tensorflow as tf
+    try:
+        yield
+    except tf.errors.NotFoundError as err:
+        raise FileNotFoundError(errno.ENOENT, err.message or os.strerror(errno.ENOENT),
+                                path) from None
+    except tf.errors.OpError as err:
+        raise OSError(f"{path}: {err.message}") from None
+
+
+def _call(path: str, local, remote, *args, **kwargs):
+    gfile = _gfile(path)
+    if gfile is None:
+        return local(local_path(path), *args, **kwargs)
+    with _as_oserror(path):
+        return getattr(gfile, remote)(path, *args, **kwargs)
+
+
+def exists(path: str) -> bool:
+    return _call(path, os.path.exists, "exists")
+
+
+def isdir(path: str) -> bool:
+    gfile = _gfile(path)
+    if gfile is None:
+        return os.path.isdir(local_path(path))
+    with _as_oserror(path):
+        if gfile.isdir(path):
+            return True
+        gfile.exists(path)  # raises what isdir answers False for: no such scheme, no access
+        return False
+
+
+def isfile(path: str) -> bool:
+    gfile = _gfile(path)
+    if gfile is None:
+        return os.path.isfile(local_path(path))
+    try:
+        with _as_oserror(path):
+            return not gfile.stat(path).is_directory
+    except FileNotFoundError:
+        return False
+
+
+def listdir(path: str) -> list[str]:
+    """Entry names, without gfile's trailing '/' on sub-directories."""
+    return [name.rstrip("/") for name in _call(path, os.listdir, "listdir")]
+
+
+def walk(path: str):
+    """(folder, sub-folder names, file names) per folder, top-down, as os.walk."""
+    gfile = _gfile(path)
+    if gfile is None:
+        yield from os.walk(local_path(path))
+        return
+    with _as_oserror(path):
+        for folder, dirs, files in gfile.walk(path):
+            yield folder, [d.rstrip("/") for d in dirs], files
+
+
+def stat(path: str) -> Stat:
+    gfile = _gfile(path)
+    if gfile is None:
+        st = os.stat(local_path(path))
+        return Stat(st.st_size, st.st_mtime_ns)
+    with _as_oserror(path):
+        st = gfile.stat(path)
+    return Stat(st.length, st.mtime_nsec)
+
+
+def crc32(path: str) -> int:
+    """The file's CRC-32: one sequential read (a stamp where no mtime is kept)."""
+    value = 0
+    with open_file(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            value = zlib.crc32(chunk, value)
+    return value
+
+
+def open_file(path: str, mode: str = "rb"):
+    """A file object (text modes are UTF-8); a URL's opens lazily, so its errors may
+    come at the first read: use read_bytes / read_text where a whole file is wanted."""
+    gfile = _gfile(path)
+    if gfile is None:
+        return open(local_path(path), mode, encoding=None if "b" in mode else "utf-8")
+    return gfile.GFile(path, mode)
+
+
+def read_bytes(path: str) -> bytes:
+    gfile = _gfile(path)
+    if gfile is None:
+        with open(local_path(path), "rb") as f:
+            return f.read()
+    with _as_oserror(path), gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+def read_text(path: str) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def makedirs(path: str) -> None:
+    """Creates the directory and its parents; an existing directory is fine."""
+    _call(path, lambda p: os.makedirs(p, exist_ok=True), "makedirs")
+
+
+def remove(path: str) -> None:
+    _call(path, os.remove, "remove")
+
+
+def rmtree(path: str) -> None:
+    _call(path, shutil.rmtree, "rmtree")
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes aside in the same directory, then renames over `path`, so a reader never
+    takes half a file for the whole one: os.replace is atomic on a local disk; a URL
+    goes through the filesystem's rename (atomic on HDFS; object stores such as GCS
+    and S3 show an object only once it is whole). The partial file is removed when
+    anything fails; the error is raised as OSError."""
+    gfile = _gfile(path)
+    if gfile is None:
+        _write_local(local_path(path), data)
+        return
+    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.partial"
+    try:
+        with _as_oserror(path):
+            with gfile.GFile(tmp, "wb") as f:
+                f.write(data)
+            gfile.rename(tmp, path, overwrite=True)
+    except OSError:
+        with contextlib.suppress(Exception):
+            gfile.remove(tmp)
+        raise
+
+
+def _write_local(path: str, data: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                               suffix=".partial")
+    try:
+        os.fchmod(fd, filemode.new_file_mode())  # mkstemp's 0600 would outlive the rename
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
