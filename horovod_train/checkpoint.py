@@ -6,8 +6,10 @@ and loss-scale variable, each under its name) and `meta.json` (step, format, the
 in order, the config that shapes the state and the data order); checkpoint_format.py
 says how arrays are named and checked. It is written under a temporary name and
 renamed when complete, so a crash mid-write leaves the previous checkpoint intact and
-no half-written one that looks valid. The data position needs no saving: the input
-order is a pure function of (seed, epoch), so the step count says where to resume.
+no half-written one that looks valid. The input order is a pure function of (seed,
+epoch), so the data position is (epoch, examples into it), recorded in meta.json with
+the learning rate's multiplier and warmup: a relaunch on another number of ranks
+continues from them (resume.py), with the global batch the checkpoint recorded.
 
 Only checkpoints this code can read are counted toward --keep_checkpoints or deleted;
 a deleted one is renamed aside first, so an interrupted prune never leaves a
@@ -41,8 +43,12 @@ _NAME = re.compile(r"^ckpt-(\d{9})$")
 _PARTIAL, _PRUNING = ".partial-ckpt-", ".pruning-"
 # Config fields that change the shape of the state or the data order: a checkpoint made
 # with other values cannot be continued exactly.
-_MUST_MATCH = ("model", "data.dataset", "data.batch_size", "runtime.seed",
-               "speed.grad_accum_steps", "speed.precision", "optim.optimizer")
+_MUST_MATCH = ("model", "data.dataset", "runtime.seed", "speed.precision", "optim.optimizer")
+# Recorded too, but free to change: with the world size they make the global batch,
+# which resume.py keeps (or, when allowed, changes) on a relaunch.
+_SIZES = ("data.batch_size", "speed.grad_accum_steps")
+# Facts of the run that a resume may change (resume.py decides how).
+_RESIZABLE = ("world_size",)
 
 
 def _field(config_dict, dotted):
@@ -56,7 +62,8 @@ def fingerprint(config, facts: dict | None = None) -> dict:
     """The config fields that must match, plus facts of the run (world size, data
     shapes) as JSON would give them back (a tuple shape compares equal to its list)."""
     as_dict = dataclasses.asdict(config)
-    return dict({name: _field(as_dict, name) for name in _MUST_MATCH}, **_plain(facts))
+    return dict({name: _field(as_dict, name) for name in _MUST_MATCH + _SIZES},
+                **_plain(facts))
 
 
 def _plain(facts: dict | None) -> dict:
@@ -107,8 +114,10 @@ def _unreadable(path: str) -> str | None:
     return None if os.path.isfile(os.path.join(path, "state.npz")) else "no state.npz"
 
 
-def save(directory: str, step: int, variables, config, keep: int, facts: dict | None = None):
-    """Chief only. Raises UsageError (after cleaning up) when the disk refuses."""
+def save(directory: str, step: int, variables, config, keep: int, facts: dict | None = None,
+         record: dict | None = None):
+    """Chief only. Raises UsageError (after cleaning up) when the disk refuses. `record`:
+    more of the run's state for meta.json (the learning-rate schedule, the position)."""
     names = state_names(variables)  # before any write: a refusal leaves nothing behind
     final = os.path.join(directory, f"ckpt-{step:09d}")
     try:
@@ -126,7 +135,8 @@ def save(directory: str, step: int, variables, config, keep: int, facts: dict | 
             # num_variables stays: older versions check it, then skip this checkpoint as
             # unreadable (no v00000) rather than misread it.
             json.dump({"format": FORMAT, "step": step, "num_variables": len(names),
-                       "names": names, "fingerprint": fingerprint(config, facts)}, f, indent=2)
+                       "names": names, "fingerprint": fingerprint(config, facts),
+                       **(record or {})}, f, indent=2)
         if os.path.exists(final):
             _remove(final)
         os.rename(tmp, final)  # the commit point
@@ -211,13 +221,28 @@ def load_latest(directory: str, config, variables, facts: dict | None = None):
     return None
 
 
+def recorded_position(path: str) -> tuple[int, int] | None:
+    """(epoch, examples into it) as the checkpoint at `path` recorded it; None for older
+    checkpoints, whose step says where at the world size that wrote them."""
+    try:
+        position = read_meta(path).get("position")
+    except (OSError, ValueError):  # read a moment ago; unreadable now: as if unrecorded
+        return None
+    keys = ("epoch", "epoch_examples")
+    if isinstance(position, dict) and all(type(position.get(k)) is int and position[k] >= 0
+                                          for k in keys):
+        return tuple(position[k] for k in keys)
+    return None
+
+
 def _check_compatible(path, meta, config, num_variables, facts=None):
     stored, now = meta["fingerprint"], _plain(facts)
     diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {v!r}"
-             for k, v in fingerprint(config).items() if stored.get(k) != v]
+             for k, v in fingerprint(config).items() if k not in _SIZES and stored.get(k) != v]
     # A fact the checkpoint lacks was not recorded then (an older version): accepted.
     diffs += [f"{k}: checkpoint {stored[k]!r}, now {v!r}" for k, v in now.items()
-              if k != "world_size" and k in stored and stored[k] != v]
+              if k not in _RESIZABLE and k in stored and stored[k] != v]
+    diffs += _global_batch_diff(stored, config, now.get("world_size"))
     # By name, check_names says which variable differs; by position, the count is all.
     if is_positional(meta) and meta["num_variables"] != num_variables:
         diffs.append(f"variables: checkpoint {meta['num_variables']}, now {num_variables}")
@@ -225,27 +250,49 @@ def _check_compatible(path, meta, config, num_variables, facts=None):
         raise UsageError(f"--checkpoint_dir: {path} was made by a different run ({'; '.join(diffs)}); "
                          f"expected the same model, data and batch settings. Fix: use a new "
                          f"--checkpoint_dir, or restore the original flags")
-    written = stored.get("world_size")
-    if isinstance(written, int) and "world_size" in now and written != now["world_size"]:
-        raise WorldSizeMismatch(path, written, now["world_size"])
 
 
-class WorldSizeMismatch(UsageError):
-    """The data position (step x global batch, the per-rank shards) and the linearly
-    scaled learning rate depend on the world size: another one cannot continue exactly."""
+def _global_batch_diff(stored: dict, config, world_size) -> list[str]:
+    """The global batch must be the one resume.plan chose: the checkpoint's, unless the
+    change was allowed. Checked again here because an older checkpoint than the one the
+    plan read may be the one that loads."""
+    written = written_by({"step": 0, "fingerprint": stored}, config)
+    if written is None or world_size is None or config.train.allow_global_batch_change:
+        return []
+    now = world_size * config.data.batch_size * config.speed.grad_accum_steps
+    if now == written.global_batch:
+        return []
+    return [f"global batch: checkpoint {written.global_batch}, now {now}"]
 
-    def __init__(self, path: str, written: int, now: int):
-        self.step, self.written = int(_NAME.match(os.path.basename(path)).group(1)), written
-        super().__init__(
-            f"--checkpoint_dir: {path} was written by a {written}-rank run, this run has "
-            f"{now} ranks; expected the same world size (the data position and the scaled "
-            f"learning rate depend on it). Fix: relaunch with {written} rank"
-            f"{'s' if written != 1 else ''}, or use a new "
-            f"--checkpoint_dir (for a changing world size use --elastic)")
+
+def written_by(meta: dict, config) -> "resume.Written | None":
+    """What a checkpoint's meta.json records of the run that wrote it, for resume.plan;
+    None when it recorded no world size (too old to resume on another one). A meta
+    without a learning-rate record (older) used the rule of a fresh start."""
+    from horovod_train import resume
+    stored = meta["fingerprint"]
+    ranks = stored.get("world_size")
+    sizes = [stored.get(k) for k in _SIZES]
+    if not all(isinstance(v, int) and v > 0 for v in [ranks, *sizes]):
+        return None
+    schedule = meta.get("lr_schedule") or {}
+    scale = schedule.get("scale", ranks if config.optim.scale_lr else 1)
+    return resume.Written(meta["step"], ranks, *sizes, float(scale), schedule.get("warmup_steps"))
+
+
+def newest_meta(directory: str) -> dict | None:
+    """meta.json of the checkpoint a restore would try first: the newest readable one."""
+    for _, path in list_checkpoints(directory):
+        try:
+            if _unreadable(path) is None:
+                return read_meta(path)
+        except (OSError, ValueError):  # changed since: the restore will say what it finds
+            continue
+    return None
 
 
 # What a refusal was, so ranks that never read the directory can say the same thing.
-_FINE, _REFUSED, _FOREIGN, _WORLD = 0, 1, 2, 3
+_FINE, _REFUSED, _FOREIGN = 0, 1, 2
 
 
 class Checkpointer:
@@ -256,13 +303,18 @@ class Checkpointer:
     through an allreduce, so no rank waits in a collective for a decision it missed."""
 
     def __init__(self, config, backend, variables, steps_per_epoch: int,
-                 data_facts: dict | None = None, heartbeat=None):
+                 data_facts: dict | None = None, heartbeat=None, schedule=None, change=None):
         self.config, self.backend, self.variables = config, backend, variables
         self.heartbeat = heartbeat  # after each round of a write (rounds.py)
         train = config.train
         self.directory, self.keep = train.checkpoint_dir, train.keep_checkpoints
         self.every = train.checkpoint_interval(steps_per_epoch)
         self.facts = dict(data_facts or {}, world_size=backend.info.size)
+        # The learning rate's multiplier and warmup steps (schedules.WarmupScaledRate), so
+        # a resume on another world size continues the same schedule (resume.py).
+        self.schedule = schedule
+        self.change = change  # resume.Resumption.change: what this launch changed, if anything
+        self.resumed = None  # after a restore: where from, for the summary
         self._lock = None
 
     def _agree(self, values: list[float]) -> list[float]:
@@ -278,56 +330,63 @@ class Checkpointer:
         release_writer_lock(self._lock)
         self._lock = None
 
-    def restore(self) -> int:
-        """Loads the newest valid checkpoint on the chief, shares it; returns its step."""
+    def restore(self) -> tuple[int, tuple | None]:
+        """Loads the newest valid checkpoint on the chief, shares it; returns its step
+        and its data position (epoch, examples into it), None when not recorded."""
         if not self.directory:
-            return 0
+            return 0, None
         found, error, verdict = self._load_on_chief() if self.backend.info.is_chief \
-            else (None, None, [0, _FINE, 0])
-        step, kind, detail = (int(v) for v in self._agree(verdict))
+            else (None, None, [0, _FINE, 0, 0])
+        step, kind, epoch, examples = (int(v) for v in self._agree(verdict))
         if kind != _FINE:
-            raise error or self._refusal(kind, step, detail)
+            raise error or self._refusal(kind)
         if step:
             if found:
                 for variable, value in zip(self.variables, found[1]):
                     variable.assign(value)
             # Same state everywhere: rank 0's restored values, explicitly.
             self.backend.broadcast_variables(self.variables)
-            logging.info("checkpoint | resumed from step %d", step)
-        return step
+            logging.info("checkpoint | resumed from step %d%s", step,
+                         f" {self.change}" if self.change else "")
+            self.resumed = {"step": step, "change": self.change,
+                            "position": [epoch, examples] if epoch >= 0 else None}
+        return step, ((epoch, examples) if step and epoch >= 0 else None)
 
     def _load_on_chief(self):
         """(found, error, [step, kind, detail]) for _agree: the lock first, then the read."""
         try:
             self._hold_lock()
             found = load_latest(self.directory, self.config, self.variables, self.facts)
-        except WorldSizeMismatch as err:
-            return None, err, [err.step, _WORLD, err.written]
         except UsageError as err:
-            return None, err, [0, _FOREIGN if isinstance(err, ForeignWriter) else _REFUSED, 0]
-        return found, None, [found[0] if found else 0, _FINE, 0]
+            return None, err, [0, _FOREIGN if isinstance(err, ForeignWriter) else _REFUSED, 0, 0]
+        if not found:
+            return None, None, [0, _FINE, -1, 0]
+        epoch, examples = recorded_position(self._path(found[0])) or (-1, 0)  # -1: none
+        return found, None, [found[0], _FINE, epoch, examples]
 
     def _path(self, step: int) -> str:
         return os.path.join(self.directory, f"ckpt-{step:09d}")
 
-    def _refusal(self, kind: int, step: int, detail: int) -> UsageError:
-        if kind == _WORLD:  # the chief's very words, rebuilt from what it shared
-            return WorldSizeMismatch(self._path(step), detail, self.backend.info.size)
+    def _refusal(self, kind: int) -> UsageError:
         if kind == _FOREIGN:
             return foreign_writer(self.directory, {}, "rank 0's message names it")
         return UsageError(f"--checkpoint_dir: the chief refused the checkpoint in "
                           f"{self.directory!r}; expected a compatible one. Fix: see "
                           f"rank 0's message")
 
-    def maybe_save(self, step: int, last: bool = False):
+    def maybe_save(self, step: int, last: bool = False, position: tuple | None = None):
+        """Saves at the cadence (or `last`); `position`: (epoch, examples into it)."""
         if not self.directory or not (last or (self.every and step % self.every == 0)):
             return
+        record = {"lr_schedule": self.schedule} if self.schedule else {}
+        if position is not None:
+            record["position"] = {"epoch": int(position[0]), "epoch_examples": int(position[1])}
         def write():
             time.sleep(injected_delay(self.config.runtime.delays(), "checkpoint", 0))
             try:
                 self._hold_lock()
                 path = save(self.directory, step, self.variables, self.config, self.keep,
-                            self.facts)
+                            self.facts, record)
                 logging.info("checkpoint | wrote %s", path)
             except UsageError as err:
                 return err

@@ -188,6 +188,9 @@ class TrainConfig:
     checkpoint_every: str = option("1e", "Checkpoint cadence: N steps, or Ne epochs (e.g. 500 "
                                    "or 1e).")
     keep_checkpoints: int = option(3, "Newest checkpoints kept.")
+    allow_global_batch_change: bool = option(
+        False, "Resume a checkpoint whose global batch (ranks x batch x accumulation) this "
+        "launch cannot keep, scaling the learning rate linearly in the global batch.")
     divergence_check_steps: int = option(
         0, "Also compare a checksum of the trainable weights across ranks every N steps "
         "(always at epoch ends); ranks that differ stop the job (exit 4). 0 = epoch ends only.")

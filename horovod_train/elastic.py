@@ -18,7 +18,7 @@ commits to comes from backends/horovod_elastic.py.
 """
 from absl import logging
 
-from horovod_train.trainer import Position
+from horovod_train.trainer_types import Position
 
 
 class ElasticKeeper:

@@ -5,6 +5,7 @@ state keeper, the summary (from the Trainer's RunRecord). The loop itself is tra
 config and the data size, which every rank knows identically, so collectives always
 line up across ranks.
 """
+import dataclasses
 import os
 import time
 
@@ -12,13 +13,13 @@ from absl import logging
 
 import models
 from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
-from horovod_train import schedules, startup
+from horovod_train import resume, schedules, startup
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.errors import UsageError
 from horovod_train.grid import EpochGrid, epoch_grid, step_batch
-from horovod_train.trainer import CheckpointKeeper, Trainer
-from horovod_train.trainer_types import RunRecord, TrainerOptions
+from horovod_train.trainer import Trainer
+from horovod_train.trainer_types import CheckpointKeeper, RunRecord, TrainerOptions
 
 
 def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
@@ -33,10 +34,10 @@ def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
     return grid
 
 
-def _build(config, backend, data, steps_per_epoch):
+def _build(config, backend, data, schedule):
     precision.set_policy(config.speed.precision)
     model = _model_for(config, data)
-    optimizer = schedules.make_optimizer(config.optim, backend.info.size, steps_per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, schedule)
     optimizer.build(model.trainable_variables)
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
     # Elastic runs do it in their first sync instead: a rank that joins later must not
@@ -63,17 +64,38 @@ def _model_for(config, data):
             f"(python scripts/model_table.py lists each model's input)") from None
 
 
-def _keeper(config, backend, data, state, grid, heartbeat=None):
+def _keeper(config, backend, data, state, grid, resumed, heartbeat=None):
     """The state keeper: elastic in-memory commits, or the checkpointer (`heartbeat`
-    after each round of the chief's write: the watchdog's, rounds.py)."""
+    after each round of the chief's write: the watchdog's, rounds.py). `resumed`:
+    (resume.Resumption, the schedule), which the checkpoints record."""
     if config.runtime.elastic:
         from horovod_train import elastic
         return elastic.keeper(backend, state, config.runtime.elastic_commit_every)
+    resumption, schedule = resumed
     checkpointer = checkpoint.Checkpointer(
         config, backend, state, grid.per_epoch,
         data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes},
-        heartbeat=heartbeat)
+        heartbeat=heartbeat, change=resumption.change,
+        schedule={"scale": resumption.lr_scale, "warmup_steps": schedule.warmup_steps})
     return CheckpointKeeper(checkpointer, grid)
+
+
+def _resumption(config, backend):
+    """(config, resume.Resumption): how this launch continues the newest checkpoint, the
+    accumulation in the config changed to keep its global batch. The chief reads the
+    checkpoint's record and shares it, so every rank plans the same."""
+    info, optim = backend.info, config.optim
+    launch = resume.Launch(info.size, config.data.batch_size, config.speed.grad_accum_steps,
+                           schedules.lr_scale(optim, info.size),
+                           config.train.allow_global_batch_change)
+    if not config.train.checkpoint_dir or config.runtime.elastic:
+        return config, resume.fresh(launch)
+    meta = checkpoint.newest_meta(config.train.checkpoint_dir) if info.is_chief else None
+    if info.size > 1:
+        meta = backend.comm.broadcast_object(meta, 0)
+    resumption = resume.plan(checkpoint.written_by(meta, config) if meta else None, launch)
+    speed = dataclasses.replace(config.speed, grad_accum_steps=resumption.accum_steps)
+    return dataclasses.replace(config, speed=speed), resumption
 
 
 def _train(trainer, keeper) -> tuple[RunRecord, dict]:
@@ -216,8 +238,12 @@ def run(config) -> dict:
     info = backend.info
     data = data_lib.load(config.data, peers=backend.comm)  # verification split across ranks
     clock.mark("data")
+    config, resumption = _resumption(config, backend)
     grid = _plan_grid(config, data.num_train_examples, info.size)
-    model, optimizer = _build(config, backend, data, grid.per_epoch)
+    schedule = schedules.lr_schedule(config.optim, info.size, grid.per_epoch,
+                                     scale=resumption.lr_scale,
+                                     warmup_steps=resumption.warmup_steps)
+    model, optimizer = _build(config, backend, data, schedule)
     clock.mark("model")
     observer = observe.create(config, info.is_chief, info.size, grid.total, {
         "world_size": info.size, "backend": backend.name, "model": config.model,
@@ -225,13 +251,11 @@ def run(config) -> dict:
         "total_steps": grid.total, "steps_per_epoch": grid.per_epoch,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
-                      grid, observer,
-                      learning_rate=schedules.lr_schedule(config.optim, info.size, grid.per_epoch),
-                      startup=clock)
+                      grid, observer, learning_rate=schedule, startup=clock)
     if info.size > 1:  # bounds the checkpointer's waits on peers too
         trainer.watchdog.start()
     keeper = _keeper(config, backend, data, trainer.training_state(), grid,
-                     heartbeat=trainer.watchdog.alive)
+                     (resumption, schedule), heartbeat=trainer.watchdog.alive)
     record, facts = _train(trainer, keeper)
     summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts)
     trainer.watchdog.stop()

@@ -39,13 +39,22 @@ class WarmupScaledRate(keras.optimizers.schedules.LearningRateSchedule):
         return {"base": self.base, "scaled": self.scaled, "warmup_steps": self.warmup_steps}
 
 
-def lr_schedule(optim, world_size: int, steps_per_epoch: int) -> WarmupScaledRate:
-    scaled = optim.learning_rate * (world_size if optim.scale_lr else 1)
-    return WarmupScaledRate(optim.learning_rate, scaled, int(optim.warmup_epochs * steps_per_epoch))
+def lr_scale(optim, world_size: int) -> float:
+    """The multiplier of a fresh start: the world size (linear scaling), or 1."""
+    return float(world_size) if optim.scale_lr else 1.0
 
 
-def make_optimizer(optim, world_size: int, steps_per_epoch: int):
-    schedule = lr_schedule(optim, world_size, steps_per_epoch)
+def lr_schedule(optim, world_size: int, steps_per_epoch: int, *, scale: float | None = None,
+                warmup_steps: int | None = None) -> WarmupScaledRate:
+    """The run's schedule. `scale` and `warmup_steps` (default: a fresh start's) are a
+    resumed checkpoint's own (resume.py), so its schedule continues unchanged."""
+    scale = lr_scale(optim, world_size) if scale is None else scale
+    if warmup_steps is None:
+        warmup_steps = int(optim.warmup_epochs * steps_per_epoch)
+    return WarmupScaledRate(optim.learning_rate, optim.learning_rate * scale, warmup_steps)
+
+
+def make_optimizer(optim, schedule: WarmupScaledRate):
     if optim.optimizer == "sgd":
         return keras.optimizers.SGD(schedule, momentum=optim.momentum)
     return keras.optimizers.Adam(schedule)

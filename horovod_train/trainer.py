@@ -13,9 +13,10 @@ keeper*, the part that decides what outlives a step:
     keeper.facts()             extra facts for the run summary
     keeper.close()             releases what the keeper holds
 
-CheckpointKeeper (below) keeps state on disk (checkpoint.Checkpointer); the elastic
-keeper (elastic.py) commits it to memory. Every attempt re-places the loop on the
-current world size's grid (`_place`), so a resized ring resumes mid-epoch.
+CheckpointKeeper (trainer_types.py) keeps state on disk (checkpoint.Checkpointer);
+the elastic keeper (elastic.py) commits it to memory. Every attempt re-places the loop
+on the current world size's grid (`_place`), so a resized ring, or a checkpoint written
+by another number of ranks (resume.py), resumes mid-epoch.
 
 Every decision that ends or shapes the loop (steps per epoch, when to log, when to
 sample timings, when to evaluate, when to compare the ranks' weights: divergence.py) is
@@ -32,48 +33,11 @@ from horovod_train.startup import StartupClock
 from horovod_train.config import injected_delay
 from horovod_train.checkpoint import training_state
 from horovod_train.data import pipeline
-from horovod_train.trainer_types import RunRecord
+from horovod_train.trainer_types import Position, RunRecord
 
 
 class TrainingDiverged(RuntimeError):
     """Gradients stayed non-finite for --max_nonfinite_steps consecutive steps."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Position:
-    """Where training stands. The place in an epoch is counted in examples, not steps:
-    an elastic ring's step size changes with its world size."""
-    step: int = 0  # optimizer steps done
-    epoch: int = 0  # epochs completed
-    epoch_examples: int = 0  # examples of the current epoch consumed (all ranks together)
-    # This attempt starts a launch (not a re-formed ring): --eval_at_start applies, and a
-    # position at the end means the run was already complete.
-    launch_start: bool = True
-
-
-class CheckpointKeeper:
-    """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none)."""
-
-    def __init__(self, checkpointer, grid):
-        self.checkpointer, self.grid = checkpointer, grid  # grid.EpochGrid
-        self.saves_on_stop = bool(checkpointer.directory)
-
-    def run(self, attempt, pause=None):
-        return attempt()
-
-    def restore(self) -> Position:
-        step = self.checkpointer.restore()
-        epoch, in_epoch = divmod(step, self.grid.per_epoch)
-        return Position(step, epoch, in_epoch * self.grid.examples_per_step)
-
-    def after_step(self, position: Position, last: bool):
-        self.checkpointer.maybe_save(position.step, last=last)
-
-    def facts(self) -> dict:
-        return {}
-
-    def close(self):
-        self.checkpointer.close()
 
 
 class Trainer:
@@ -198,6 +162,11 @@ class Trainer:
             self.grid = self.grid.resized(self.backend.info.size)
         per_epoch, per_step = self.grid.per_epoch, self.grid.examples_per_step
         epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, per_epoch)
+        if start.epoch_examples % per_step and in_epoch < per_epoch:  # another global batch
+            logging.info("checkpoint | the position, %d examples into epoch %d, is not a whole "
+                         "number of global batches of %d: the last %d are trained on again",
+                         start.epoch_examples, epoch + 1, per_step,
+                         start.epoch_examples % per_step)
         if per_epoch and in_epoch == per_epoch:  # a grown ring: epoch done
             epoch, in_epoch = epoch + 1, 0
         self.total = self.grid.last_step(start.step, epoch, in_epoch)

@@ -1,4 +1,6 @@
-"""What goes into the Trainer (TrainerOptions) and what comes out of it (RunRecord).
+"""What goes into the Trainer (TrainerOptions), where it stands (Position), what keeps
+its state on disk (CheckpointKeeper, the plain runs' state keeper: trainer.py says what
+a keeper does) and what comes out of it (RunRecord).
 
 The Trainer sees only the options it reads, not the whole RunConfig, so what shapes
 the loop is visible in one place; loop.py builds them and writes the summary from the
@@ -68,3 +70,44 @@ class RunRecord:
     cpu_s: float  # this rank's CPU seconds over the same intervals
     samples: float  # samples in those intervals
     already_complete: bool  # restored at (or past) the last step: nothing trained
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where training stands. The place in an epoch is counted in examples, not steps:
+    an elastic ring's step size changes with its world size."""
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # epochs completed
+    epoch_examples: int = 0  # examples of the current epoch consumed (all ranks together)
+    # This attempt starts a launch (not a re-formed ring): --eval_at_start applies, and a
+    # position at the end means the run was already complete.
+    launch_start: bool = True
+
+
+class CheckpointKeeper:
+    """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none)."""
+
+    def __init__(self, checkpointer, grid):
+        self.checkpointer, self.grid = checkpointer, grid  # grid.EpochGrid
+        self.saves_on_stop = bool(checkpointer.directory)
+
+    def run(self, attempt, pause=None):
+        return attempt()
+
+    def restore(self) -> Position:
+        step, recorded = self.checkpointer.restore()
+        if recorded is not None:  # (epoch, examples): any world size continues from it
+            return Position(step, *recorded)
+        epoch, in_epoch = divmod(step, self.grid.per_epoch)  # older: the same grid wrote it
+        return Position(step, epoch, in_epoch * self.grid.examples_per_step)
+
+    def after_step(self, position: Position, last: bool):
+        self.checkpointer.maybe_save(position.step, last=last,
+                                     position=(position.epoch, position.epoch_examples))
+
+    def facts(self) -> dict:
+        resumed = self.checkpointer.resumed
+        return {"resumed": resumed} if resumed else {}
+
+    def close(self):
+        self.checkpointer.close()

@@ -1,6 +1,8 @@
 """Checkpoint directories under real processes (issue 17): prune keeps the readable
 checkpoints, a second job on the same directory is refused while the first finishes
-intact, and a resume at another world size is refused by every rank."""
+intact, and a resume whose global batch this launch cannot keep is refused by every
+rank, then continued when the change is allowed (test_resume_resized.py: the kept ones)."""
+import json
 import os
 import signal
 import time
@@ -83,20 +85,34 @@ def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path
     assert all(sorted(os.listdir(ck / n)) == ["meta.json", "state.npz"] for n in _ckpts(ck))
 
 
-def test_resume_at_another_world_size_is_refused_by_every_rank(tmp_path):
+def test_a_global_batch_that_cannot_be_kept_is_refused_by_every_rank_unless_allowed(tmp_path):
     pytest.importorskip("horovod.tensorflow")
     ck = tmp_path / "CK"
     one = run_cli(TRAIN + SMALL + ["--max_steps=20", f"--checkpoint_dir={ck}"], timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
-    common = ["--intra_op_threads=1", "--eval_every_epochs=0", "--checkpoint_every=10"]
-    two = run_cli(horovodrun(2, "gloo", common + ["--max_steps=40", f"--checkpoint_dir={ck}"]),
-                  timeout=300)
+    # 1 rank x batch 32 wrote it; 2 ranks x batch 32 make 64, and no accumulation makes 32.
+    common = ["--intra_op_threads=1", "--eval_every_epochs=0", "--checkpoint_every=10",
+              "--max_steps=40", f"--checkpoint_dir={ck}"]
+    two = run_cli(horovodrun(2, "gloo", common), timeout=300)
     output = two.stdout + two.stderr
     # horovodrun ends with its own status 1 and names the first rank's code, 2.
     assert two.returncode != 0 and "Exit code: 2" in output, output[-4000:]
     lines = _error_lines(output)
     assert sorted(line.split(">", 1)[0] for line in lines) == ["[0]<stderr", "[1]<stderr"], lines
     assert len({line.split(":", 1)[1] for line in lines}) == 1  # the same line on both ranks
-    assert "ckpt-000000020 was written by a 1-rank run, this run has 2 ranks" in lines[0]
-    assert "Fix: relaunch with 1 rank," in lines[0] and "resumed from step" not in output
+    assert "step 20 was written with global batch 32 (1 rank x batch 32 x accumulation 1)" \
+        in lines[0] and "this launch has 2 ranks x batch 32" in lines[0]
+    assert "--batch_size in {1, 2, 4, 8, 16} on 2 ranks" in lines[0]
+    assert "Fix: relaunch so, or pass --allow_global_batch_change" in lines[0]
+    assert "resumed from step" not in output
     assert _ckpts(ck) == ["ckpt-000000010", "ckpt-000000020"]  # nothing overwritten
+
+    allowed = run_cli(horovodrun(2, "gloo", common + ["--allow_global_batch_change",
+                                                      f"--summary_json={tmp_path}/s.json"]),
+                      timeout=300)
+    assert allowed.returncode == 0, allowed.stderr[-4000:]
+    resumed = json.loads((tmp_path / "s.json").read_text())["resumed"]
+    assert resumed["step"] == 20 and "global batch 32 -> 64 (--allow_global_batch_change), " \
+        "learning rate x2 (linear in the global batch), warmup not repeated" in resumed["change"]
+    with open(ck / "ckpt-000000040" / "meta.json") as f:
+        assert json.load(f)["lr_schedule"]["scale"] == 2.0  # 1 x 64/32: the new global batch

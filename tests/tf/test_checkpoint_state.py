@@ -136,7 +136,7 @@ def test_keras_paths_and_the_loss_scale_names_round_trip(tmp_path):
     assert names == [v.path for v in written[:-2]] + ["loss_scale", "loss_scale_good_steps"]
     assert any(name.endswith("encoder/kernel") for name in names)
     reader, state = _stack(["encoder", "decoder"], str(tmp_path), seed=2)
-    assert reader.restore() == 1
+    assert reader.restore() == (1, None)  # (step, position: none recorded)
     reader.close()
     for variable, value in zip(state, written):
         np.testing.assert_array_equal(variable.numpy(), value.numpy())

@@ -16,7 +16,8 @@ from horovod_train.backends.base import ProcessInfo  # noqa: E402
 from horovod_train.backends.comm import Communicator  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.grid import epoch_grid  # noqa: E402
-from horovod_train.trainer import CheckpointKeeper, Trainer  # noqa: E402
+from horovod_train.trainer import Trainer  # noqa: E402
+from horovod_train.trainer_types import CheckpointKeeper  # noqa: E402
 from horovod_train.trainer_types import TrainerOptions  # noqa: E402
 
 
@@ -153,11 +154,12 @@ def _trainer(epochs, every, max_steps=0):
     grid = epoch_grid(data.num_train_examples, config.data.batch_size, 1, epochs, max_steps)
     model = models.get_model(config.model, input_shape=data.input_shape,
                              num_classes=data.num_classes)
-    optimizer = schedules.make_optimizer(config.optim, 1, grid.per_epoch)
+    schedule = schedules.lr_schedule(config.optim, 1, grid.per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, schedule)
     optimizer.build(model.trainable_variables)
     trainer = Trainer(TrainerOptions.from_config(config, jit_compile=False), backend, data,
                       model, optimizer, grid,
-                      learning_rate=schedules.lr_schedule(config.optim, 1, grid.per_epoch))
+                      learning_rate=schedule)
     keeper = CheckpointKeeper(checkpoint.Checkpointer(config, backend, [], grid.per_epoch), grid)
     return trainer, keeper
 

@@ -15,7 +15,8 @@ from horovod_train.backends.base import ProcessInfo  # noqa: E402
 from horovod_train.backends.local import LocalBackend  # noqa: E402
 from horovod_train.data import sharding  # noqa: E402
 from horovod_train.grid import epoch_grid  # noqa: E402
-from horovod_train.trainer import CheckpointKeeper, Position, Trainer  # noqa: E402
+from horovod_train.trainer import Trainer  # noqa: E402
+from horovod_train.trainer_types import CheckpointKeeper, Position  # noqa: E402
 from horovod_train.trainer_types import TrainerOptions  # noqa: E402
 
 BATCH = 32
@@ -34,11 +35,12 @@ def _trainer(epochs=2, log_every=8):
     grid = epoch_grid(data.num_train_examples, BATCH, 1, epochs)
     model = models.get_model(config.model, input_shape=data.input_shape,
                              num_classes=data.num_classes)
-    optimizer = schedules.make_optimizer(config.optim, 1, grid.per_epoch)
+    schedule = schedules.lr_schedule(config.optim, 1, grid.per_epoch)
+    optimizer = schedules.make_optimizer(config.optim, schedule)
     optimizer.build(model.trainable_variables)
     return Trainer(TrainerOptions.from_config(config, jit_compile=False), backend, data, model,
                    optimizer, grid,
-                   learning_rate=schedules.lr_schedule(config.optim, 1, grid.per_epoch))
+                   learning_rate=schedule)
 
 
 def _steps(history):

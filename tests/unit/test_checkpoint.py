@@ -50,8 +50,10 @@ def test_checkpoint_of_another_config_is_refused_naming_the_difference(tmp_path)
     with pytest.raises(UsageError) as err:
         checkpoint.load_latest(str(tmp_path), other, STATE)
     message = str(err.value)
-    assert "model: checkpoint 'digits_cnn', now 'digits_mlp'" in message
-    assert "data.batch_size: checkpoint 32, now 64" in message and "Fix" in message
+    assert "model: checkpoint 'digits_cnn', now 'digits_mlp'" in message and "Fix" in message
+    # The batch size is free to change: with the world size it makes the global batch,
+    # which resume.py keeps (test_global_batch_...).
+    assert "batch_size" not in message
 
 
 _KILLED_WRITER = """
@@ -231,17 +233,45 @@ def test_checkpoint_without_facts_is_accepted(tmp_path):
     assert checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts=facts)[0] == 10
 
 
-def test_other_world_size_is_refused_naming_both(tmp_path):
-    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts={"world_size": 2})
-    with pytest.raises(checkpoint.WorldSizeMismatch) as err:
-        checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts={"world_size": 4})
-    message = str(err.value)
-    assert isinstance(err.value, UsageError) and "\n" not in message
-    assert "ckpt-000000010 was written by a 2-rank run, this run has 4 ranks" in message
-    assert "Fix: relaunch with 2 ranks" in message and "--elastic" in message
-    checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3, facts={"world_size": 1})
-    with pytest.raises(checkpoint.WorldSizeMismatch, match="1-rank run, .*relaunch with 1 rank,"):
-        checkpoint.load_latest(str(tmp_path), CONFIG, STATE, facts={"world_size": 2})
+def _sized(batch_size=32, accum=1, allow=False):
+    return cfg.RunConfig(data=cfg.DataConfig(batch_size=batch_size),
+                         speed=cfg.SpeedConfig(grad_accum_steps=accum),
+                         train=cfg.TrainConfig(allow_global_batch_change=allow))
+
+
+def test_another_world_size_loads_when_the_global_batch_is_kept(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), _sized(32), keep=3, facts={"world_size": 2})
+    kept = [(_sized(32, 2), 1), (_sized(16, 1), 4), (_sized(64, 1), 1)]
+    for config, ranks in kept:  # 2 x 32 x 1 = 1 x 32 x 2 = 4 x 16 x 1 = 1 x 64 x 1
+        assert checkpoint.load_latest(str(tmp_path), config, STATE,
+                                      facts={"world_size": ranks})[0] == 10
+
+
+def test_another_global_batch_is_refused_unless_allowed(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), _sized(32), keep=3, facts={"world_size": 2})
+    with pytest.raises(UsageError) as err:
+        checkpoint.load_latest(str(tmp_path), _sized(32), STATE, facts={"world_size": 3})
+    assert "global batch: checkpoint 64, now 96" in str(err.value)
+    assert "\n" not in str(err.value)
+    allowed = _sized(32, allow=True)
+    assert checkpoint.load_latest(str(tmp_path), allowed, STATE, facts={"world_size": 3})[0] == 10
+
+
+def test_written_by_reads_the_sizes_and_the_schedule_a_checkpoint_recorded(tmp_path):
+    checkpoint.save(str(tmp_path), 10, _arrays(10), _sized(16, 3), keep=3,
+                    facts={"world_size": 2}, record={"lr_schedule": {"scale": 2.0,
+                                                                     "warmup_steps": 44}})
+    meta = checkpoint.newest_meta(str(tmp_path))
+    written = checkpoint.written_by(meta, CONFIG)
+    assert (written.step, written.world_size, written.batch_size, written.accum_steps) == \
+        (10, 2, 16, 3)
+    assert written.global_batch == 96 and (written.lr_scale, written.warmup_steps) == (2.0, 44)
+    # Older: no schedule recorded (a fresh start's rule), or no world size (None: too old).
+    checkpoint.save(str(tmp_path), 20, _arrays(20), _sized(16, 3), keep=3, facts={"world_size": 4})
+    older = checkpoint.written_by(checkpoint.newest_meta(str(tmp_path)), CONFIG)
+    assert (older.lr_scale, older.warmup_steps) == (4.0, None)
+    checkpoint.save(str(tmp_path), 30, _arrays(30), CONFIG, keep=3)
+    assert checkpoint.written_by(checkpoint.newest_meta(str(tmp_path)), CONFIG) is None
 
 
 class _Var:
@@ -428,33 +458,35 @@ def sent(monkeypatch):
     return rows
 
 
-def test_checkpointer_writes_facts_and_world_size_and_restores(tmp_path, sent):
-    ckpt = _checkpointer(tmp_path, data_facts=DIGITS)
-    assert ckpt.restore() == 0
+def test_checkpointer_writes_facts_world_size_schedule_and_position_and_restores(tmp_path, sent):
+    schedule = {"scale": 1.0, "warmup_steps": 5}
+    ckpt = _checkpointer(tmp_path, data_facts=DIGITS, schedule=schedule)
+    assert ckpt.restore() == (0, None)
     for variable, value in zip(ckpt.variables, _arrays(10)):
         variable.assign(value)
-    ckpt.maybe_save(10)
+    ckpt.maybe_save(10, position=(0, 320))
     ckpt.close()
     with open(tmp_path / "ckpt-000000010" / "meta.json") as f:
-        stored = json.load(f)["fingerprint"]
-    assert stored["world_size"] == 1 and stored["input_shape"] == [8, 8, 1]
+        meta = json.load(f)
+    assert meta["fingerprint"]["world_size"] == 1 and meta["fingerprint"]["input_shape"] == [8, 8, 1]
+    assert meta["lr_schedule"] == schedule
+    assert meta["position"] == {"epoch": 0, "epoch_examples": 320}
     again = _checkpointer(tmp_path, data_facts=DIGITS)
-    assert again.restore() == 10
+    assert again.restore() == (10, (0, 320))  # the step, and the position in examples
     np.testing.assert_array_equal(again.variables[0].value, _arrays(10)[0])
     again.close()
 
 
-def test_checkpointer_world_size_refusal_reads_the_same_on_every_rank(tmp_path, sent, monkeypatch):
+def test_checkpointer_refusal_reaches_every_rank(tmp_path, sent, monkeypatch):
     checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3, facts={"world_size": 1})
-    chief = _checkpointer(tmp_path, rank=0, size=2)
-    with pytest.raises(checkpoint.WorldSizeMismatch) as on_chief:
+    chief = _checkpointer(tmp_path, rank=0, size=2)  # global batch 64, the checkpoint's 32
+    with pytest.raises(UsageError, match="global batch: checkpoint 32, now 64"):
         chief.restore()
     chief.close()
-    # Rank 1 never reads the directory: it gets the chief's row.
+    # Rank 1 never reads the directory: it gets the chief's row, and points to its words.
     monkeypatch.setattr(checkpoint.Checkpointer, "_agree", lambda self, values: sent[-1])
-    with pytest.raises(UsageError) as on_other:
+    with pytest.raises(UsageError, match="the chief refused the checkpoint .*rank 0's message"):
         _checkpointer(tmp_path, rank=1, size=2).restore()
-    assert str(on_other.value) == str(on_chief.value)
 
 
 def test_checkpointer_refuses_a_foreign_writer_before_reading(tmp_path, sent):
