@@ -80,22 +80,37 @@ def _keeper(config, backend, data, state, grid, resumed, heartbeat=None):
     return CheckpointKeeper(checkpointer, grid)
 
 
+def _warn_record_order(data, resumption, meta):
+    """A source whose ranks read their own files and records (not by global batch) cannot
+    know, on another number of ranks, which examples of a half-done epoch were trained."""
+    position = (meta or {}).get("position") or {}
+    if not resumption.change or getattr(data, "by_global_batch", False) or \
+            not position.get("epoch_examples"):
+        return
+    logging.warning(
+        "checkpoint | the rest of epoch %d (%d of its %d examples trained before the relaunch) "
+        "is read from this launch's shards of the files: on another number of ranks some of "
+        "its examples may be trained on again and others not; later epochs see each once",
+        position["epoch"] + 1, position["epoch_examples"], data.num_train_examples)
+
+
 def _resumption(config, backend):
-    """(config, resume.Resumption): how this launch continues the newest checkpoint, the
-    accumulation in the config changed to keep its global batch. The chief reads the
-    checkpoint's record and shares it, so every rank plans the same."""
+    """(config, resume.Resumption, the checkpoint's meta or None): how this launch
+    continues the newest checkpoint, the accumulation in the config changed to keep its
+    global batch. The chief reads the checkpoint's record and shares it, so every rank
+    plans the same."""
     info, optim = backend.info, config.optim
     launch = resume.Launch(info.size, config.data.batch_size, config.speed.grad_accum_steps,
                            schedules.lr_scale(optim, info.size),
                            config.train.allow_global_batch_change)
     if not config.train.checkpoint_dir or config.runtime.elastic:
-        return config, resume.fresh(launch)
+        return config, resume.fresh(launch), None
     meta = checkpoint.newest_meta(config.train.checkpoint_dir) if info.is_chief else None
     if info.size > 1:
         meta = backend.comm.broadcast_object(meta, 0)
     resumption = resume.plan(checkpoint.written_by(meta, config) if meta else None, launch)
     speed = dataclasses.replace(config.speed, grad_accum_steps=resumption.accum_steps)
-    return dataclasses.replace(config, speed=speed), resumption
+    return dataclasses.replace(config, speed=speed), resumption, meta
 
 
 def _train(trainer, keeper) -> tuple[RunRecord, dict]:
@@ -238,7 +253,8 @@ def run(config) -> dict:
     info = backend.info
     data = data_lib.load(config.data, peers=backend.comm)  # verification split across ranks
     clock.mark("data")
-    config, resumption = _resumption(config, backend)
+    config, resumption, meta = _resumption(config, backend)
+    _warn_record_order(data, resumption, meta)
     grid = _plan_grid(config, data.num_train_examples, info.size)
     schedule = schedules.lr_schedule(config.optim, info.size, grid.per_epoch,
                                      scale=resumption.lr_scale,

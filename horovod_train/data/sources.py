@@ -21,6 +21,9 @@ class ArrayData:
     x_test: np.ndarray
     y_test: np.ndarray
     num_classes: int
+    # A step's examples are a function of the global batch alone (sharding.py), whatever
+    # the number of ranks: a checkpoint continues exactly on another one (resume.py).
+    by_global_batch = True
 
     @property
     def input_shape(self) -> tuple:
@@ -69,6 +72,7 @@ class PooledData:
     labels: np.ndarray
     num_test: int
     num_classes: int
+    by_global_batch = True  # as ArrayData's
 
     @property
     def input_shape(self) -> tuple:
