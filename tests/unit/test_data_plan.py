@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from horovod_train import config as cfg
@@ -43,6 +44,25 @@ def test_deal_files_is_deterministic_balanced_and_spreads_empty_files():
     assert sharding.deal_files([10, 1, 9, 2], 2) == [[0, 1], [2, 3]]
     assert sharding.deal_files([0, 0, 0], 3) == [[0], [1], [2]]
     assert sharding.round_robin(5, 2) == [[0, 2, 4], [1, 3]]
+
+
+def _deal_by_rule(counts, count):
+    """The deal's rule spelled out: each file, largest first, to the worker with the
+    least load, then the fewest files, then the lowest index."""
+    loads, dealt = [0] * count, [[] for _ in range(count)]
+    for f in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
+        w = min(range(count), key=lambda k: (loads[k], len(dealt[k]), k))
+        dealt[w].append(f)
+        loads[w] += counts[f]
+    return [sorted(files) for files in dealt]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_deal_files_follows_its_rule(seed):
+    rng = np.random.default_rng(seed)
+    counts = [int(c) for c in rng.integers(0, 4 if seed % 2 else 1000, size=rng.integers(1, 300))]
+    for count in (1, 2, 3, 8, 64):
+        assert sharding.deal_files(counts, count) == _deal_by_rule(counts, count)
 
 
 @pytest.mark.parametrize("n, world", list(itertools.product([0, 1, 7, 103], [1, 2, 3, 4])))
