@@ -60,11 +60,17 @@ def scan(records: tf.data.Dataset, check) -> Scan:
 
 def scan_files(paths, read_file, check) -> list[Scan]:
     """scan() for each file, in one pipeline while every file is clean (the usual case:
-    building a pipeline per file would cost more than reading small files)."""
+    building a pipeline per file would cost more than reading small files). The check
+    runs in one parallel map after the files are joined: inside flat_map it ran on one
+    core, and a map per file cost ~0.05 ms a file more (18,000 JPEG records in 64
+    files: 1.6-2.6 s -> 1.0 s on 2 cores; 10,000 small files: 1.7-2.0 -> 1.4 s)."""
     if not paths:
         return []
     files = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string)).enumerate()
-    ds = files.flat_map(lambda f, path: read_file(path).map(lambda r: (f, check(r))))
+    ds = files.flat_map(lambda f, path: tf.data.Dataset.zip(
+        (tf.data.Dataset.from_tensors(f).repeat(), read_file(path))))
+    ds = ds.map(lambda f, r: (f, check(r)), num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True)
     try:
         f, status = _collect(ds)
     except (tf.errors.OpError, ValueError):

@@ -80,3 +80,26 @@ def test_a_data_directory_that_cannot_take_the_memory_falls_back_to_the_users_ca
     os.rmdir(blocked)
     memory.forget()
     assert memory.known(paths) == {}
+
+
+def test_scan_files_counts_each_file_and_finds_a_bad_record_in_its_own_file(tmp_path):
+    """One joined pipeline, the check in one parallel map: counts stay per file (an
+    empty file too), and a bad record sends only its own file to the per-file scan."""
+    import tensorflow as tf
+    from horovod_train.data import decode, verify, writers
+    schema = schema_lib.Schema("image", (2, 2, 1), "uint8", 3)
+    good, bad = writers.image_example(bytes(4), 1), writers.image_example(bytes(4), 7)
+    layout = [[good] * 3, [], [good] * 5, [good, bad, good]]
+    paths = []
+    for i, records in enumerate(layout):
+        paths.append(str(tmp_path / f"f{i}.tfrecord"))
+        with tf.io.TFRecordWriter(paths[-1]) as w:
+            for record in records:
+                w.write(record)
+    check = decode.checker(schema)
+    scans = verify.scan_files(paths[:3], tf.data.TFRecordDataset, check)
+    assert [len(s.good) for s in scans] == [3, 0, 5] and all(s.error is None for s in scans)
+    scans = verify.scan_files(paths, tf.data.TFRecordDataset, check)
+    assert [len(s.good) for s in scans] == [3, 0, 5, 2]
+    assert [s.first_bad for s in scans] == [None, None, None, 1]
+    assert scans[3].error == verify.BAD_VALUES
