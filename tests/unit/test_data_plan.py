@@ -144,6 +144,38 @@ def test_progress_bar_and_shard_bounds():
     assert writers.shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
 
 
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _progress_output(stream, monkeypatch, records: int, seconds_each: float) -> str:
+    from horovod_train.data import writers
+    clock = iter(range(records + 2))
+    monkeypatch.setattr(writers.time, "perf_counter", lambda: next(clock) * seconds_each)
+    bar = writers.Progress(records, "train", stream=stream)
+    for _ in range(records):
+        bar.update()
+    return stream.getvalue()
+
+
+def test_progress_in_a_log_is_a_full_line_now_and_then(monkeypatch):
+    """Not a terminal (CI, Slurm's output file): whole lines, the first record's, one
+    every LINE_EVERY_S and the last; no carriage returns."""
+    from horovod_train.data import writers
+    text = _progress_output(io.StringIO(), monkeypatch, 1000, 0.5)  # 500 s in all
+    lines = text.splitlines()
+    assert "\r" not in text and text.endswith("\n")
+    assert len(lines) == 2 + int(500 // writers.LINE_EVERY_S)
+    assert " 1/1000 " in lines[0] and "100% 1000/1000 " in lines[-1]
+
+
+def test_progress_on_a_terminal_redraws_one_line(monkeypatch):
+    text = _progress_output(_Terminal(), monkeypatch, 100, 0.125)
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert 40 <= text.count("\r") <= 60  # every REDRAW_S of the 12.5 s, not every record
+
+
 def test_importing_the_data_package_and_its_plans_imports_no_tensorflow():
     code = ("import sys, horovod_train.data, horovod_train.data.sharding, "
             "horovod_train.data.schema, horovod_train.data.options, horovod_train.data.writers, "
