@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from launch import ports  # standard library only, like this module
@@ -70,6 +71,36 @@ def run(cmd, timeout: float, env: dict | None = None) -> str:
     if proc.returncode != 0:
         raise BenchError(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     return proc.stdout + proc.stderr
+
+
+def run_peak(cmd, timeout: float, env: dict | None = None,
+             data_limit: int | None = None) -> dict:
+    """Runs argv `cmd` like run(), and returns {"output": stdout+stderr, "seconds",
+    "peak_rss_mb"}: the peak resident memory of that child alone (os.wait4's rusage;
+    RUSAGE_CHILDREN would give the largest of every child so far). `data_limit`: an
+    RLIMIT_DATA in bytes for the child, a cap on its heap and anonymous memory."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
+    with tempfile.TemporaryFile("w+") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env or child_env(), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                                preexec_fn=limit if data_limit else None)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        text = out.read()
+    if proc.returncode != 0:
+        cause = f"timed out after {timeout:.0f} s" if seconds >= timeout else \
+            f"exit {proc.returncode}"
+        raise BenchError(f"{cause}: {' '.join(cmd)}\n{text[-3000:]}")
+    return {"output": text, "seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 _NOISE = re.compile(r"^(\[[\d,]+\]<std(out|err)>:)?([WIE]\d{4} |WARNING: All log messages)")
