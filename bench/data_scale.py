@@ -209,7 +209,7 @@ def _conversion_report(r: dict) -> list:
         target = f" (target <= {r['growth_flat']}: {verdict(g['met'])})" \
             if kind == "images" else ""
         lines.append(f"  {kind}: x{g['records'][1] // g['records'][0]} records -> peak RSS "
-                     f"x{g['ratio']:.3f} (+{g['added_mb']:.0f} MiB){target}")
+                     f"x{g['ratio']:.3f} ({g['added_mb']:+.0f} MiB){target}")
     headers = ["input", "records", "written", "wall s", "peak RSS MiB", "progress lines",
                "\\r in log"]
     return ["b) Converting (stderr to a file, as in CI or Slurm)", common.table(headers, rows),
@@ -226,7 +226,7 @@ def _evaluation_report(r: dict) -> list:
     headers = ["test split", "records", "run", "predictions", "wall s", "peak RSS MiB"]
     return ["c) Evaluation, 1 process: 2 training steps, then the whole test split",
             common.table(headers, rows), f"  peak RSS, large split / small: {g['ratio']:.3f} "
-            f"(target <= {r['growth_flat']}: {verdict(g['met'])}); +{g['added_mb']:.0f} MiB "
+            f"(target <= {r['growth_flat']}: {verdict(g['met'])}); {g['added_mb']:+.0f} MiB "
             f"for +{g['added_split_mb']:,.0f} MiB of records"]
 
 
