@@ -96,7 +96,7 @@ def load(args) -> dict:
     them (TensorFlow already imported); then its parts again, each alone."""
     from horovod_train import config as cfg
     from horovod_train.data import schema as schema_lib
-    from horovod_train.data import sharding, tfrecord, verdicts
+    from horovod_train.data import fs, sharding, tfrecord, verdicts
     config = cfg.DataConfig(dataset="tfrecord", data_dir=args.path, verify_data=args.verify)
     source, load_s = _timed(tfrecord.load, config)
     plans = {}
@@ -106,7 +106,7 @@ def load(args) -> dict:
     paths = source.train.paths + source.eval.paths
     parts = {
         "parse_s": _timed(schema_lib.read, args.path, "tfrecord")[1],
-        "stat_s": _timed(lambda: [os.path.getsize(p) for p in paths if os.path.isfile(p)])[1],
+        "stat_s": _timed(lambda: [fs.stat(p).size for p in paths if fs.isfile(p)])[1],
         "memory_s": _timed(verdicts.Memory(args.path, schema_lib.digest(args.path)).known,
                            paths)[1],
     }
