@@ -133,11 +133,13 @@ def main(argv=None) -> int:
     if args.command == "keep":
         print(f"wrote {keep(args.name, args.label, args.in_dir)}")
         return 0
-    for path in PAGES:
-        with open(path) as f:
-            doc = f.read()
+    pages = {}
+    for path in PAGES:  # every page rendered before any is opened for writing: a block
+        with open(path) as f:  # that cannot render (a result not kept) truncates nothing
+            pages[path] = render(f.read(), path=path)
+    for path, doc in pages.items():
         with open(path, "w") as f:
-            f.write(render(doc, path=path))
+            f.write(doc)
         print(f"wrote {path}")
     return 0
 

@@ -276,3 +276,15 @@ def test_docs_data_md_is_its_rendering():
     doc = (REPO / "docs" / "data.md").read_text()
     assert report_doc.render(doc, path=report_doc.DATA_DOC) == doc, \
         "docs/data.md is stale: run python bench/report_doc.py doc"
+
+
+def test_doc_leaves_every_page_whole_when_a_block_cannot_render(tmp_path, monkeypatch):
+    """`doc` with a result not kept used to open the page for writing first: it was left
+    empty."""
+    page = tmp_path / "page.md"
+    page.write_text("head\n<!-- begin t -->\nold\n<!-- end t -->\n")
+    monkeypatch.setattr(report_doc, "PAGES", {str(page): {"t": lambda: report_doc.kept("none")}})
+    monkeypatch.setattr(report_doc, "KEPT", str(tmp_path))
+    with pytest.raises(SystemExit, match="none.json, which does not exist"):
+        report_doc.main(["doc"])
+    assert page.read_text() == "head\n<!-- begin t -->\nold\n<!-- end t -->\n"
