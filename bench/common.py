@@ -5,11 +5,13 @@ arithmetic, so the figures are never skewed by TensorFlow threads in the parent,
 and the helpers are unit-tested without TensorFlow (tests/unit/test_bench_*.py).
 """
 import argparse
+import contextlib
 import json
 import math
 import os
 import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -70,6 +72,57 @@ def run(cmd, timeout: float, env: dict | None = None) -> str:
     if proc.returncode != 0:
         raise BenchError(f"exit {proc.returncode}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     return proc.stdout + proc.stderr
+
+
+# A child's ru_maxrss starts from its parent's peak: at exec, Linux folds the high-water
+# mark of the memory it leaves (the parent's, copied by fork or shared by vfork) into it.
+# So the command is started by a small Python in between, from that one's fresh memory,
+# which reports its child's figure on a last line of its own.
+_PEAK_MARK = "run_peak maxrss_kib="
+_PEAK_WRAPPER = f"""import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print("\\n{_PEAK_MARK}%d" % usage.ru_maxrss, file=sys.stderr, flush=True)
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+_PEAK = re.compile(rf"\n?{_PEAK_MARK}(\d+)\n")
+
+
+def run_peak(cmd, timeout: float, env: dict | None = None,
+             data_limit: int | None = None) -> dict:
+    """Runs argv `cmd` like run(), and returns {"output": stdout+stderr, "seconds",
+    "peak_rss_mb"}: the peak resident memory of that command's process alone, whatever
+    this process's own peak (see _PEAK_WRAPPER). `data_limit`: an RLIMIT_DATA in bytes
+    for it, a cap on its heap and anonymous memory."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_DATA, (data_limit, data_limit))
+    with tempfile.TemporaryFile("w+") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen([PY, "-c", _PEAK_WRAPPER, *cmd], cwd=ROOT, env=env or child_env(),
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, start_new_session=True,
+                                preexec_fn=limit if data_limit else None)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass  # ended below, and reported as a time-out
+        finally:  # the command and whatever it started, if still there
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        text = out.read()
+    found = _PEAK.findall(text)
+    text = _PEAK.sub("", text)
+    if proc.returncode != 0 or not found:
+        cause = f"timed out after {timeout:.0f} s" if seconds >= timeout else \
+            f"exit {proc.returncode}"
+        raise BenchError(f"{cause}: {' '.join(cmd)}\n{text[-3000:]}")
+    return {"output": text, "seconds": seconds, "peak_rss_mb": int(found[-1]) / 1024}
 
 
 _NOISE = re.compile(r"^(\[[\d,]+\]<std(out|err)>:)?([WIE]\d{4} |WARNING: All log messages)")

@@ -6,6 +6,7 @@ Each row function takes the kept result of its figure and returns rows of
 [figure, target, ours, beside it, verdict]; a figure not kept gives no row.
 """
 from bench import comm, common, input_pipeline
+from bench.doc_tables_data import data_scale_rows
 from bench.doc_tables import VOID_CHECK_S, markdown, verdict
 
 # Sizes the small-allreduce row shows (the table has every size up to 1 MiB).
@@ -142,7 +143,7 @@ def targets(kept: dict) -> str:
     for label, fn in (("m2_scaling", m2_rows), ("comm", small_rows), ("comm", comm_rows),
                       ("m6_input", m6_rows), ("m1_overhead", m1_rows),
                       ("epochs_memory", epochs_rows), ("tape_overhead", tape_rows),
-                      ("startup", startup_rows)):
+                      ("startup", startup_rows), ("data_scale", data_scale_rows)):
         if kept.get(label):
             rows += fn(kept[label])
     rows += guard_rows(kept.get("divergence_overhead"), kept.get("keras_guard_overhead"))

@@ -8,7 +8,8 @@ runs/bench/NAME.json (what bench/run_all.py or one figure script wrote), without
 samples no table shows, to docs/bench-results/LABEL.json (LABEL defaults to NAME; e.g.
 `keep comm --as comm_run2` for a second run beside the first). `doc` rewrites every
 <!-- begin BLOCK --> ... <!-- end BLOCK --> block of docs/benchmarks.md from the kept
-results, as BLOCKS says; the text around the blocks is written by hand and kept.
+results, as BLOCKS says (and of docs/data.md, as DATA_BLOCKS says); the text around the
+blocks is written by hand and kept.
 tests/unit/test_bench_report_doc.py fails when the doc and its rendering differ.
 
 To have a table rendered: run its script, keep the result, add the block to BLOCKS
@@ -21,11 +22,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import common, doc_tables, doc_tables_comm, doc_targets  # noqa: E402
+from bench import common, doc_tables, doc_tables_comm, doc_tables_data, doc_targets  # noqa: E402
 from scripts import doc_blocks  # noqa: E402
 
 KEPT = os.path.join(common.ROOT, "docs", "bench-results")
 DOC = os.path.join(common.ROOT, "docs", "benchmarks.md")
+DATA_DOC = os.path.join(common.ROOT, "docs", "data.md")  # its "Datasets of real shape"
 # Raw samples behind a figure's means and medians, dropped when a result is kept: the
 # tables show the figures made of them, and these are most of a result's bytes.
 SAMPLES = frozenset({"per_rank", "summary_per_rank", "data_share", "plain_blocks_s",
@@ -82,7 +84,8 @@ def kept_if(label: str):
 
 # The results the summary of targets reads (bench/doc_targets.py), each if kept.
 SUMMARISED = ("m2_scaling", "comm", "m6_input", "m1_overhead", "epochs_memory",
-              "tape_overhead", "divergence_overhead", "keras_guard_overhead", "startup")
+              "tape_overhead", "divergence_overhead", "keras_guard_overhead", "startup",
+              "data_scale")
 
 # Block name in the doc -> its table, from the kept results it names.
 BLOCKS = {
@@ -104,12 +107,16 @@ BLOCKS = {
     "tape-overhead": lambda: doc_tables.tape_overhead(kept("tape_overhead")),
     "startup": lambda: doc_tables.startup(kept("startup")),
 }
+# The same for docs/data.md.
+DATA_BLOCKS = {"data-scale": lambda: doc_tables_data.data_scale_tables(kept("data_scale"))}
+PAGES = {DOC: BLOCKS, DATA_DOC: DATA_BLOCKS}
 
 
-def render(doc: str, blocks=None) -> str:
-    """`doc` with each <!-- begin NAME --> ... <!-- end NAME --> block made anew."""
-    tables = BLOCKS if blocks is None else blocks
-    return doc_blocks.fill(doc, {name: table() for name, table in tables.items()}, DOC,
+def render(doc: str, blocks=None, path: str = DOC) -> str:
+    """`doc` (the page at `path`) with each <!-- begin NAME --> ... <!-- end NAME -->
+    block made anew."""
+    tables = PAGES[path] if blocks is None else blocks
+    return doc_blocks.fill(doc, {name: table() for name, table in tables.items()}, path,
                            "bench/report_doc.py's BLOCKS")
 
 
@@ -120,16 +127,20 @@ def main(argv=None) -> int:
     k.add_argument("name", help="the result's file name in --in_dir, without .json")
     k.add_argument("--as", dest="label", default="", help="the kept file's name (default NAME)")
     k.add_argument("--in_dir", default=common.OUT_DIR)
-    sub.add_parser("doc", help="rewrite docs/benchmarks.md's blocks from the kept results")
+    sub.add_parser("doc", help="rewrite docs/benchmarks.md's and docs/data.md's blocks from "
+                   "the kept results")
     args = parser.parse_args(argv)
     if args.command == "keep":
         print(f"wrote {keep(args.name, args.label, args.in_dir)}")
         return 0
-    with open(DOC) as f:
-        doc = f.read()
-    with open(DOC, "w") as f:
-        f.write(render(doc))
-    print(f"wrote {DOC}")
+    pages = {}
+    for path in PAGES:  # every page rendered before any is opened for writing: a block
+        with open(path) as f:  # that cannot render (a result not kept) truncates nothing
+            pages[path] = render(f.read(), path=path)
+    for path, doc in pages.items():
+        with open(path, "w") as f:
+            f.write(doc)
+        print(f"wrote {path}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 M1..M6 and horovod vs mwms (issues 12 and 23), the step with and without XLA on CPU
 (issue 18), the divergence guard's cost (the trainer's check and the Keras drop-in's),
-start-up and memory against --epochs (issue 46), and the time to the first step
-against plain Keras (issue 41).
+start-up and memory against --epochs (issue 46), the time to the first step against
+plain Keras (issue 41) and datasets of real shape (issue 41 item 4).
 
   python bench/run_all.py [--short] [--out_dir runs/bench] [--only m1_overhead,comm,...]
 
@@ -22,8 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import (comm, common, epochs_memory, keras_guard_overhead, overhead,  # noqa: E402
-                   plot, scaling, startup, tape_overhead, xla)
+from bench import (comm, common, data_scale, epochs_memory, keras_guard_overhead,  # noqa: E402
+                   overhead, plot, scaling, startup, tape_overhead, xla)
 
 # Figures whose orchestration is TF-free: measured in this process.
 FIGURES = {
@@ -35,6 +35,7 @@ FIGURES = {
     "epochs_memory": (epochs_memory.measure, epochs_memory.report),  # issue 46
     "tape_overhead": (tape_overhead.measure, tape_overhead.report),  # issue 40
     "startup": (startup.measure, startup.report),  # issue 41: time to the first step
+    "data_scale": (data_scale.measure, data_scale.report),  # issue 41 item 4
 }
 # Figures that run TensorFlow in their own process: started as children, since TF must not
 # run in this orchestrating one. name -> (script, flags of the short version, of the full).

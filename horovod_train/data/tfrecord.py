@@ -151,8 +151,9 @@ def _file_set(data_dir, meta, name: str, flag: str, config, peers=None,
         return FileSet(paths, split.records), 0
     expected = split.records or (None,) * len(paths)
     check = decode.checker(meta.schema)
-    checked = verdicts.check_files(paths, lambda mine: verify.scan_files(mine, _reader, check),
-                                   peers, memory)
+    batch_check = decode.batch_checker(meta.schema)
+    checked = verdicts.check_files(
+        paths, lambda mine: verify.scan_files(mine, _reader, check, batch_check), peers, memory)
     counted = [_judge(p, r, config.skip_corrupt, e) for p, r, e in zip(paths, checked, expected)]
     return FileSet(paths, tuple(c for c, _ in counted)), sum(s for _, s in counted)
 

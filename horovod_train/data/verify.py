@@ -34,8 +34,8 @@ def short_error(err: Exception) -> str:
     return errors.short_message(getattr(err, "message", None) or str(err))
 
 
-def _collect(ds) -> tuple[np.ndarray, np.ndarray]:
-    parts = [(i.numpy(), s.numpy()) for i, s in ds.batch(BATCH)]
+def _collect(ds, batched: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    parts = [(i.numpy(), s.numpy()) for i, s in (ds if batched else ds.batch(BATCH))]
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
@@ -58,15 +58,26 @@ def scan(records: tf.data.Dataset, check) -> Scan:
     return Scan(idx[status >= 0], error)
 
 
-def scan_files(paths, read_file, check) -> list[Scan]:
+def scan_files(paths, read_file, check, check_batch=None) -> list[Scan]:
     """scan() for each file, in one pipeline while every file is clean (the usual case:
-    building a pipeline per file would cost more than reading small files)."""
+    building a pipeline per file would cost more than reading small files). The check
+    runs in one parallel map after the files are joined: inside flat_map it ran on one
+    core, and a map per file cost ~0.05 ms a file more (18,000 JPEG records in 64
+    files: 1.6-2.6 s -> 1.0 s on 2 cores; 10,000 small files: 1.7-2.0 -> 1.4 s).
+    check_batch (decode.batch_checker), when given, checks BATCH records at a time."""
     if not paths:
         return []
     files = tf.data.Dataset.from_tensor_slices(tf.constant(list(paths), tf.string)).enumerate()
-    ds = files.flat_map(lambda f, path: read_file(path).map(lambda r: (f, check(r))))
+    ds = files.flat_map(lambda f, path: tf.data.Dataset.zip(
+        (tf.data.Dataset.from_tensors(f).repeat(), read_file(path))))
+    if check_batch is None:
+        ds = ds.map(lambda f, r: (f, check(r)), num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=True).batch(BATCH)
+    else:
+        ds = ds.batch(BATCH).map(lambda f, r: (f, check_batch(r)),
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     try:
-        f, status = _collect(ds)
+        f, status = _collect(ds, batched=True)
     except (tf.errors.OpError, ValueError):
         status = None
     if status is None or (status < 0).any():

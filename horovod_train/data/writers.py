@@ -14,6 +14,8 @@ from horovod_train.data import fs
 from horovod_train.data import schema as schema_lib
 
 LMDB_KEY_DIGITS = 10  # zero-padded ordinals sort in record order
+REDRAW_S = 0.2  # the progress bar on a terminal
+LINE_EVERY_S = 30.0  # progress lines anywhere else (a log file)
 
 
 def lmdb_key(index: int) -> bytes:
@@ -45,26 +47,36 @@ def tokens_example(tokens, label: int | None = None) -> bytes:
 
 
 class Progress:
-    """A one-line progress bar on stderr, redrawn at most 5 times a second."""
+    """Progress on stderr. On a terminal, one bar redrawn in place at most 5 times a
+    second. Elsewhere (a CI log, Slurm's output file, a pipe) a full line at the first
+    record, then every LINE_EVERY_S, and at the end: a log gets a few readable lines
+    instead of one line of thousands of carriage-return redraws."""
 
     def __init__(self, total: int, label: str, stream=None, width: int = 30):
         self.total, self.label, self.width = max(total, 1), label, width
         self.stream = stream or sys.stderr
-        self.done, self.start, self.drawn = 0, time.perf_counter(), 0.0
+        self.done, self.start, self.drawn = 0, time.perf_counter(), float("-inf")
+        isatty = getattr(self.stream, "isatty", None)
+        self.interactive = bool(isatty and isatty())
 
     def update(self, n: int = 1):
         self.done += n
         now = time.perf_counter()
-        if now - self.drawn >= 0.2 or self.done >= self.total:
-            self.drawn = now
-            frac = min(self.done / self.total, 1.0)
-            bar = "#" * int(frac * self.width)
-            rate = self.done / max(now - self.start, 1e-9)
-            self.stream.write(f"\r{self.label} [{bar:<{self.width}}] {100 * frac:3.0f}% "
-                              f"{self.done}/{self.total} {rate:.0f}/s")
-            if self.done >= self.total:
-                self.stream.write("\n")
-            self.stream.flush()
+        finished = self.done >= self.total
+        if not finished and now - self.drawn < (REDRAW_S if self.interactive else LINE_EVERY_S):
+            return
+        self.drawn = now
+        frac = min(self.done / self.total, 1.0)
+        bar = "#" * int(frac * self.width)
+        rate = self.done / max(now - self.start, 1e-9)
+        text = (f"{self.label} [{bar:<{self.width}}] {100 * frac:3.0f}% "
+                f"{self.done}/{self.total} {rate:.0f}/s")
+        if self.interactive:
+            text = "\r" + text + ("\n" if finished else "")
+        else:
+            text += "\n"
+        self.stream.write(text)
+        self.stream.flush()
 
 
 def shard_bounds(count: int, num_shards: int) -> list[tuple[int, int]]:

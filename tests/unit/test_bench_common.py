@@ -113,3 +113,19 @@ def test_json_lines_keeps_a_result_mpirun_glued_to_the_next_lines_tag():
             '[1,1]<stdout>:{"rank": 1, "ms": [1.5, 2]}[1,2]<stdout>:{"rank": 2}[1,2]<stdout>:\n'
             '[1,3]<stdout>:{"rank": 3, "cut": [1, \n')
     assert [r["rank"] for r in common.json_lines(text)] == [0, 1, 2]
+
+
+def test_run_peak_reports_each_childs_own_peak_and_applies_a_data_limit():
+    grow = "b = bytearray({mb} << 20); print('ok')"
+    big = common.run_peak([sys.executable, "-c", grow.format(mb=200)], timeout=60)
+    ours = bytearray(300 << 20)  # this process's peak, which a direct child would inherit
+    small = common.run_peak([sys.executable, "-c", grow.format(mb=1)], timeout=60)
+    del ours
+    assert big["output"].strip() == "ok" and big["peak_rss_mb"] >= 200
+    assert small["output"].strip() == "ok"
+    assert small["peak_rss_mb"] < 100  # its own: not the largest child's so far, nor ours
+    with pytest.raises(common.BenchError, match="MemoryError"):
+        common.run_peak([sys.executable, "-c", grow.format(mb=200)], timeout=60,
+                        data_limit=100 << 20)
+    with pytest.raises(common.BenchError, match="timed out after 1 s"):
+        common.run_peak([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1)

@@ -25,7 +25,7 @@ def test_docs_benchmarks_md_is_its_rendering():
 def test_every_block_renders_from_a_kept_result():
     kept = {path.stem for path in (REPO / "docs" / "bench-results").glob("*.json")}
     assert report_doc.BLOCKS and kept
-    for name, table in report_doc.BLOCKS.items():
+    for name, table in {**report_doc.BLOCKS, **report_doc.DATA_BLOCKS}.items():
         assert table().count("\n| ") >= 2, name  # a table with rows, not an empty block
 
 
@@ -232,3 +232,59 @@ def test_targets_summarise_the_kept_results_they_are_given():
                in row and row.endswith("| **missed** in 1 of 2 cases |") for row in rows)
     assert not any("M1" in row for row in rows)  # not kept: no row
     assert len(rows) == 4 + 2 + 3 + 1 + 2  # M2 (2 models x 2), small (2), M3-M5, tape, guards
+
+
+def _data_scale():
+    """bench/data_scale.py's result, made up; keys in sorted order, as a kept one has them."""
+    def load(load_s):
+        return {"load_s": load_s, "plan_s": {"8": 0.003, "64": 0.004}, "files": 10100,
+                "records": 40400, "parse_s": 0.002, "stat_s": 0.05, "memory_s": 0.04}
+    convert = lambda kind, n, mb: {"kind": kind, "records": n, "written": n, "seconds": 5.0,  # noqa: E731
+                                   "peak_rss_mb": mb, "progress_lines": 4,
+                                   "carriage_returns": False}
+    run = lambda mb: {"seconds": 9.0, "peak_rss_mb": mb, "predictions": 5443}  # noqa: E731
+    return {**RUN, "target_start_s": 5.0, "growth_flat": 1.1, "workers": [8, 64],
+            "startup": {"4 records a file": {"bytes": 4_565_200, "write_s": 6.0, "states": {
+                "cold": load(6.2), "remembered": load(0.4), "sizes only": load(0.05)}}},
+            "conversion": {f"{k} {n}": convert(k, n, mb) for k, n, mb in (
+                ("images", 10000, 640), ("images", 100000, 650), ("npz", 10000, 650),
+                ("npz", 100000, 780), ("text", 10000, 640), ("text", 100000, 655))},
+            "evaluation": {
+                "2048 MB": {"eval_bytes": 2_149_680_192, "eval_records": 174176, "write_s": 13,
+                            "runs": {"--cache=memory": run(900.0), "plain": run(1000.0)}},
+                "320 MB": {"eval_bytes": 335_887_530, "eval_records": 27215, "write_s": 3,
+                           "runs": {"plain": run(880.0)}}}}
+
+
+def test_data_scale_tables_order_by_size_and_take_the_scripts_verdicts():
+    from bench import data_scale, doc_tables_data
+    r = _data_scale()
+    text = doc_tables_data.data_scale_tables(r)
+    assert "| 10,100 files, 4 records a file | cold | 6.20 | 3.0 | 4.0 | 6.20 | **missed** |" in text
+    assert "| 10,100 files, 4 records a file | sizes only | 0.05 | 3.0 | 4.0 | 0.05 | met |" in text
+    assert "images x1.016 (+10 MiB), npz x1.200 (+130 MiB), text x1.023 (+15 MiB)" in text
+    evals = [line for line in text.splitlines() if " GB |" in line]
+    assert [line.split(" | ")[2] for line in evals] == ["plain", "plain", "`--cache=memory`"]
+    assert "largest split / smallest: 1.136 (target <= 1.1: **missed**)" in text
+    rows = doc_targets.targets({"data_scale": r}).splitlines()[2:]
+    assert [row.rsplit(" | ", 1)[1] for row in rows] == ["**missed** |", "met |", "**missed** |"]
+    assert "cold 6.20 s, remembered 0.40 s, sizes only 0.05 s" in rows[0]
+    assert "Datasets of real shape" in data_scale.report(r)
+
+
+def test_docs_data_md_is_its_rendering():
+    doc = (REPO / "docs" / "data.md").read_text()
+    assert report_doc.render(doc, path=report_doc.DATA_DOC) == doc, \
+        "docs/data.md is stale: run python bench/report_doc.py doc"
+
+
+def test_doc_leaves_every_page_whole_when_a_block_cannot_render(tmp_path, monkeypatch):
+    """`doc` with a result not kept used to open the page for writing first: it was left
+    empty."""
+    page = tmp_path / "page.md"
+    page.write_text("head\n<!-- begin t -->\nold\n<!-- end t -->\n")
+    monkeypatch.setattr(report_doc, "PAGES", {str(page): {"t": lambda: report_doc.kept("none")}})
+    monkeypatch.setattr(report_doc, "KEPT", str(tmp_path))
+    with pytest.raises(SystemExit, match="none.json, which does not exist"):
+        report_doc.main(["doc"])
+    assert page.read_text() == "head\n<!-- begin t -->\nold\n<!-- end t -->\n"

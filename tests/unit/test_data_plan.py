@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from horovod_train import config as cfg
@@ -43,6 +44,25 @@ def test_deal_files_is_deterministic_balanced_and_spreads_empty_files():
     assert sharding.deal_files([10, 1, 9, 2], 2) == [[0, 1], [2, 3]]
     assert sharding.deal_files([0, 0, 0], 3) == [[0], [1], [2]]
     assert sharding.round_robin(5, 2) == [[0, 2, 4], [1, 3]]
+
+
+def _deal_by_rule(counts, count):
+    """The deal's rule spelled out: each file, largest first, to the worker with the
+    least load, then the fewest files, then the lowest index."""
+    loads, dealt = [0] * count, [[] for _ in range(count)]
+    for f in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
+        w = min(range(count), key=lambda k: (loads[k], len(dealt[k]), k))
+        dealt[w].append(f)
+        loads[w] += counts[f]
+    return [sorted(files) for files in dealt]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_deal_files_follows_its_rule(seed):
+    rng = np.random.default_rng(seed)
+    counts = [int(c) for c in rng.integers(0, 4 if seed % 2 else 1000, size=rng.integers(1, 300))]
+    for count in (1, 2, 3, 8, 64):
+        assert sharding.deal_files(counts, count) == _deal_by_rule(counts, count)
 
 
 @pytest.mark.parametrize("n, world", list(itertools.product([0, 1, 7, 103], [1, 2, 3, 4])))
@@ -122,6 +142,38 @@ def test_progress_bar_and_shard_bounds():
         bar.update()
     assert "100%" in out.getvalue() and "10/10" in out.getvalue()
     assert writers.shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _progress_output(stream, monkeypatch, records: int, seconds_each: float) -> str:
+    from horovod_train.data import writers
+    clock = iter(range(records + 2))
+    monkeypatch.setattr(writers.time, "perf_counter", lambda: next(clock) * seconds_each)
+    bar = writers.Progress(records, "train", stream=stream)
+    for _ in range(records):
+        bar.update()
+    return stream.getvalue()
+
+
+def test_progress_in_a_log_is_a_full_line_now_and_then(monkeypatch):
+    """Not a terminal (CI, Slurm's output file): whole lines, the first record's, one
+    every LINE_EVERY_S and the last; no carriage returns."""
+    from horovod_train.data import writers
+    text = _progress_output(io.StringIO(), monkeypatch, 1000, 0.5)  # 500 s in all
+    lines = text.splitlines()
+    assert "\r" not in text and text.endswith("\n")
+    assert len(lines) == 2 + int(500 // writers.LINE_EVERY_S)
+    assert " 1/1000 " in lines[0] and "100% 1000/1000 " in lines[-1]
+
+
+def test_progress_on_a_terminal_redraws_one_line(monkeypatch):
+    text = _progress_output(_Terminal(), monkeypatch, 100, 0.125)
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert 40 <= text.count("\r") <= 60  # every REDRAW_S of the 12.5 s, not every record
 
 
 def test_importing_the_data_package_and_its_plans_imports_no_tensorflow():
