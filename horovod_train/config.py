@@ -18,8 +18,10 @@ from launch import contract
 # Gradient buckets (backends/buckets.py): a few per ResNet-18 (44 MiB of gradients), so
 # the first ones travel while backprop runs; small models fit in one.
 DEFAULT_BUCKET_MB = 4.0
-# Where --inject_delay can slow a rank: the phases without collectives in them.
-DELAY_PHASES = ("eval", "checkpoint")
+# Where --inject_delay can slow a rank: the phases without collectives in them, and a
+# step before its collectives (a straggler, or with SECONDS past --collective_timeout_s,
+# a stalled rank).
+DELAY_PHASES = ("eval", "checkpoint", "step")
 
 
 def option(default, help: str, *, choices: tuple | None = None):  # noqa: A002 - absl's word

@@ -13,7 +13,7 @@ from absl import logging
 
 import models
 from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
-from horovod_train import resume, schedules, startup
+from horovod_train import resume, schedules, stacks, startup, watchdog
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.errors import UsageError
@@ -223,6 +223,18 @@ def _setup(config, launch):
     return backend, jit
 
 
+def _stack_dump(config, info, watchdog_):
+    """This rank's stack files in RUN_DIR/stacks (stacks.py), dumped on request and, with
+    the chief's summary, when the watchdog ends the rank; None without --run_dir."""
+    if not config.observe.run_dir:
+        return None
+    dump = stacks.StackDump(os.path.join(config.observe.run_dir, stacks.DIR_NAME), info.rank,
+                            watchdog_.where).install()
+    watchdog_.before_exit = lambda message: stacks.report(
+        dump, info.size, info.is_chief, "the watchdog fired", watchdog.PEER_LOST_SETTLE_S)
+    return dump
+
+
 def _finish(config, backend, model, record, summary, observer) -> dict:
     """Chief-only side effects of a finished run; returns the summary as written."""
     info = backend.info  # an elastic ring may have re-formed with another chief
@@ -268,11 +280,21 @@ def run(config) -> dict:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
                       grid, observer, learning_rate=schedule, startup=clock)
+    dump = _stack_dump(config, info, trainer.watchdog)
     if info.size > 1:  # bounds the checkpointer's waits on peers too
         trainer.watchdog.start()
     keeper = _keeper(config, backend, data, trainer.training_state(), grid,
                      (resumption, schedule), heartbeat=trainer.watchdog.alive)
-    record, facts = _train(trainer, keeper)
+    try:
+        record, facts = _train(trainer, keeper)
+    except BaseException as err:
+        if dump is not None and watchdog.describe_peer_loss(err, info.rank):
+            stacks.report(dump, info.size, info.is_chief, "a peer was lost",
+                          watchdog.PEER_LOST_SETTLE_S, error=err)
+        raise
+    finally:
+        if dump is not None:
+            dump.close()
     summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts)
     trainer.watchdog.stop()
     summary = _finish(config, backend, model, record, summary, observer)

@@ -149,7 +149,9 @@ class Trainer:
             # Nothing outlives this process (no --checkpoint_dir, or in-memory commits):
             # every rank stops here, at the step the vote came back.
             raise stopping.StopRequested(self.global_step, saved=False)
-        keeper.after_step(self.position, last=self.global_step == self.total or self.stop_agreed)
+        with self.watchdog.where.entering("the checkpoint write's rounds", self.global_step):
+            keeper.after_step(self.position,
+                              last=self.global_step == self.total or self.stop_agreed)
         self.watchdog.beat(self.global_step)
         if self.stop_agreed:  # every rank: the vote came back in the same step
             raise stopping.StopRequested(self.global_step, saved=True)
@@ -239,8 +241,11 @@ class Trainer:
                     self.step.stop_vote(self.sigterm.requested))
         traces = self.step.tracing_count()
         self.startup.mark("restore")  # the first call ends it; later ones change nothing
+        time.sleep(self._delay_s("step"))  # fault injection: a straggler, a stalled rank
         t0 = time.perf_counter()
-        loss, finite, stop, waited, parts, path = self._run(batch_iter, controls)
+        with self.watchdog.where.entering("the step's gradient allreduce", self.global_step + 1,
+                                          self.backend.wire_bytes_per_step):
+            loss, finite, stop, waited, parts, path = self._run(batch_iter, controls)
         loss, finite, waited = float(loss), float(finite), float(waited)
         self.stop_agreed = bool(stop)
         t2 = time.perf_counter()
@@ -304,8 +309,9 @@ class Trainer:
             return
         started = time.perf_counter()
         try:
-            rows = divergence.check(self.backend, self.model.trainable_variables,
-                                    self.global_step, where)
+            with self.watchdog.where.entering("the ranks' weight check", self.global_step):
+                rows = divergence.check(self.backend, self.model.trainable_variables,
+                                        self.global_step, where)
         finally:  # the breakdown shows what the guard costs ("guard")
             self.meter.guard_s += time.perf_counter() - started
         if rows is None:  # one rank: nothing to compare
@@ -331,7 +337,8 @@ class Trainer:
         # The summary's tally takes the wall the gathered rate is computed from, before the
         # gather's own wait is known, so the report rebuilds exactly the same figure.
         self.throughput.add(m.samples, m.wall(before), m.traced, m.cpu())
-        rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
+        with self.watchdog.where.entering("the interval's metrics gather", self.global_step):
+            rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
         # The gather waits for the slowest rank (e.g. one still tracing): that wait is
         # this interval's, shown as "sync".
         now = time.perf_counter()
@@ -353,12 +360,17 @@ class Trainer:
             "loss_scale": float(self.step.loss_scale.scale.numpy()),
             "gpu_util_pct": gpu_util, "gpu_mem_mib": gpu_mem})
 
+    def _delay_s(self, phase: str) -> float:
+        """Seconds --inject_delay adds to this rank's `phase` (tests)."""
+        return injected_delay(self.options.inject_delay, phase, self.backend.info.rank)
+
     def _evaluate(self, label):
         started, cpu = time.perf_counter(), metrics.process_cpu_s()
-        opts, rank = self.options, self.backend.info.rank
-        accuracy, loss, count = evaluation.evaluate_shard(
-            self.model, self.data, self.backend, label, bound_s=opts.collective_timeout_s,
-            alive=self.watchdog.alive, delay_s=injected_delay(opts.inject_delay, "eval", rank))
+        with self.watchdog.where.entering(f"the {label} evaluation's rounds", self.global_step):
+            accuracy, loss, count = evaluation.evaluate_shard(
+                self.model, self.data, self.backend, label,
+                bound_s=self.options.collective_timeout_s,
+                alive=self.watchdog.alive, delay_s=self._delay_s("eval"))
         self.accuracy_history.append((self.global_step, accuracy))
         self.eval_loss_history.append((self.global_step, loss))
         self.observer.evaluation(label, {"step": self.global_step, "accuracy": accuracy,

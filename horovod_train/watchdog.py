@@ -21,12 +21,18 @@ import time
 
 from absl import logging
 
+from horovod_train.stacks import Whereabouts
+
 EXIT_PEER_LOST = 75  # EX_TEMPFAIL: relaunching with the same flags resumes the run
 # How long a rank that saw its peer vanish waits before exiting 75. The peer may have
 # failed on its own (an exception, bad data: exit 1 or 2); horovodrun and mpirun end
 # the job with the FIRST failing process's code, and that must be the peer's, or a
 # supervisor following the exit-code contract retries a deterministic failure forever.
 PEER_LOST_SETTLE_S = 3.0
+# What a stalled rank needs after the bound to dump every rank's stacks and print the
+# summary (stacks.report). A backend whose collectives have a timeout of their own (MWMS)
+# sets it this much later, so the watchdog, which sees the live stacks, speaks first.
+REPORT_MARGIN_S = PEER_LOST_SETTLE_S + 2.0
 
 
 class StepWatchdog:
@@ -35,6 +41,10 @@ class StepWatchdog:
     def __init__(self, timeout_s: float, rank: int, clock=time.monotonic, on_expire=None):
         self.timeout_s, self.rank, self._clock = timeout_s, rank, clock
         self._on_expire = on_expire or _exit_peer_lost
+        # The collective this rank is in (stacks.py), and what runs before it exits on a
+        # stall: every rank's stacks, and the chief's summary (loop.py sets it).
+        self.where = Whereabouts()
+        self.before_exit = None
         self._last_beat = clock()
         self._last_step = None
         self._armed = False
@@ -84,6 +94,8 @@ class StepWatchdog:
         poll = min(1.0, self.timeout_s / 4)
         while not self._stop.wait(poll):
             if self.expired():
+                if self.before_exit is not None:
+                    self.before_exit(self.message())
                 self._on_expire(self.message())
                 return
 

@@ -17,6 +17,7 @@ import sys
 import time
 
 from launch import cli
+from launch import stacks as launch_stacks
 from launch.errors import LaunchError, launch_error
 
 STOP_GRACE_S = 10.0   # after SIGTERM, how long children get to exit before SIGKILL
@@ -194,6 +195,9 @@ def main(argv=None) -> int:
         action = cli.parse(sys.argv[1:] if argv is None else list(argv), os.environ)
         if isinstance(action, cli.Output):
             _write(action)
+            return 0
+        if isinstance(action, launch_stacks.StacksRequest):
+            sys.stdout.write(launch_stacks.dump_live(action))
             return 0
         if action.dry_run:
             sys.stdout.write(cli.format_plan(action.plan, action.as_json))

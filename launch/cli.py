@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig
+from launch import stacks as launch_stacks
 from launch.argv import normalize_flag_names
 from launch.errors import LaunchError, launch_error
 from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfile,
@@ -207,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     nodes = _sub(subs, "nodelist", "expand a Slurm node list, one name per line")
     nodes.add_argument("nodelist")
     _hosts_subcommand(_sub(subs, "hosts", "validate a host list and print it normalised"))
+    dump = _sub(subs, "stacks", "print where every rank of a live job is (its stacks), "
+                "without stopping it")
+    _add(dump, "--run_dir", required=True, help="the --run_dir the training was given")
+    _add(dump, "--wait", type=float, default=10.0, help="seconds to wait for the dumps")
+    _add(dump, "--native", action="store_true", help="also py-spy's native frames")
     return parser
 
 
@@ -321,8 +327,9 @@ def _hosts_text(args, environ) -> str:
             + format_openmpi_hostfile(hosts))
 
 
-def parse(argv: list[str], environ) -> Output | Launch:
-    """Turns command-line words into an Output or a Launch; raises LaunchError."""
+def parse(argv: list[str], environ) -> Output | Launch | launch_stacks.StacksRequest:
+    """Turns command-line words into an Output, a Launch or a request for stacks; raises
+    LaunchError."""
     options, command = _split_command(normalize_flag_names(list(argv)))
     args = build_parser().parse_args(options)
     needs_command = args.subcommand in ("run", "print", "slurm")
@@ -341,6 +348,8 @@ def parse(argv: list[str], environ) -> Output | Launch:
         return Output(sbatch.render_sbatch(_slurm_job(args, command)), args.output)
     if args.subcommand == "tf-config":
         return Output(_tf_config_text(args))
+    if args.subcommand == "stacks":
+        return launch_stacks.StacksRequest(args.run_dir, args.wait, args.native)
     if args.subcommand == "nodelist":
         return Output("\n".join(slurm_nodes.expand_nodelist(args.nodelist, "nodelist")) + "\n")
     return Output(_hosts_text(args, environ))

@@ -15,7 +15,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from horovod_train import devices
+from horovod_train import devices, watchdog
 from horovod_train.backends import buckets
 from horovod_train.backends import tf_config as tfc
 from horovod_train.backends.base import Backend, ProcessInfo
@@ -75,9 +75,12 @@ class MwmsBackend(Backend):
             logging.info("mwms  | collectives %s (--collective=%s, %s)", self.collective.upper(),
                          requested, "GPU" if self.gpu.uses_gpu else "no GPU")
         tfc.rendezvous(workers, index, self.timeout_s)
+        # TF's own collective timeout is the backstop: the watchdog (the same bound) ends a
+        # stalled worker first, with every worker's live stacks (stacks.py).
+        collective_timeout_s = self.timeout_s + watchdog.REPORT_MARGIN_S
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=self.timeout_s)
+            implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=collective_timeout_s)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         self.info = ProcessInfo(index, len(workers), local_rank, local_size)
-        self.comm = MwmsComm(self, self.collective, self.timeout_s)
+        self.comm = MwmsComm(self, self.collective, collective_timeout_s)
         return self.info

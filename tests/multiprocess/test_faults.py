@@ -91,7 +91,8 @@ def test_killed_mwms_worker_ends_the_survivor_with_a_named_task(tmp_path):
     fails (MWMS health check), and it exits 75 naming the lost task."""
     ckpt = tmp_path / "ckpt"
     ports, tag = free_ports(2), uuid.uuid4().hex
-    flags = FLAGS + [f"--checkpoint_dir={ckpt}", "--backend=mwms", "--collective_timeout_s=30"]
+    flags = FLAGS + [f"--checkpoint_dir={ckpt}", "--backend=mwms", "--collective_timeout_s=30",
+                     f"--run_dir={tmp_path}/run"]
     procs = [start_job([sys.executable, "-m", "horovod_train", *flags], tag,
                        TF_CONFIG=tf_config(ports, i), HT_TEST_INDEX=i) for i in range(2)]
     _, t_kill = _kill_after_checkpoint(procs[0], tag, ckpt, rank=1)
@@ -101,6 +102,11 @@ def test_killed_mwms_worker_ends_the_survivor_with_a_named_task(tmp_path):
     assert procs[0].returncode == 75, f"exit {procs[0].returncode}:\n{out[-3000:]}"
     assert "a peer rank was lost (lost: " in out and "task:1" in out, out[-3000:]
     assert "Traceback" not in out
+    # The summary of stacks (issue 43): worker 0 where its collective failed, worker 1 gone.
+    assert "stacks | a peer was lost: where each rank was" in out, out[-3000:]
+    assert re.search(r"stacks \| rank 0: in the .+ \(step \d+.*\) for \d+ s, at \S+:\d+", out)
+    assert re.search(r"stacks \| rank 1 \(pid \d+ on \S+\): no stack written: gone", out), \
+        out[-3000:]
     print(f"\n[fault figures] mwms x2 (TF_CONFIG workers): SIGKILL worker 1 -> worker 0 exited "
           f"75 in {detect_s:.1f} s")
 
@@ -111,7 +117,8 @@ def test_stalled_rank_is_bounded_by_the_watchdog(tmp_path):
     # 5 s: steps take milliseconds here and nothing else runs between them (no eval), so
     # only the stall can outlast it; the test waits it out, so shorter is cheaper.
     ckpt, tag, timeout_s = tmp_path / "ckpt", uuid.uuid4().hex, 5
-    flags = FLAGS + [f"--checkpoint_dir={ckpt}", f"--collective_timeout_s={timeout_s}"]
+    flags = FLAGS + [f"--checkpoint_dir={ckpt}", f"--collective_timeout_s={timeout_s}",
+                     f"--run_dir={tmp_path}/run"]
     proc = start_job(horovodrun(2, "gloo", flags), tag)
     pid, t_stop = _kill_after_checkpoint(proc, tag, ckpt, rank=1, sig=signal.SIGSTOP)
     try:
@@ -124,5 +131,11 @@ def test_stalled_rank_is_bounded_by_the_watchdog(tmp_path):
                      out), \
         out[-4000:]
     assert "Process 0 exit with status code 75" in out
+    # The summary of stacks (issue 43): rank 0 waits in a collective; the stopped rank 1
+    # cannot dump, and is named as having written nothing.
+    assert re.search(r"stacks \| rank 0: in the .+ \(step \d+.*\) for \d+ s, at \S+:\d+", out)
+    assert re.search(r"stacks \| rank 1 \(pid \d+ on \S+\): no stack written: gone \(killed, "
+                     r"crashed\), stopped", out), out[-4000:]
+    assert "stacks | rank 0 waits for rank 1" in out
     print(f"\n[fault figures] horovodrun-gloo x2: SIGSTOP rank 1 -> watchdog ended rank 0 "
           f"(exit 75), job over in {ended_s:.1f} s (timeout {timeout_s} s)")
