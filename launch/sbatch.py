@@ -21,6 +21,19 @@ NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's own values of
 _SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_.:,/@%+=][A-Za-z0-9_.:,/@%+=-]{0,199}$")
 _TIME = re.compile(r"^([0-9]{1,3}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}$")
 _NCCL_VALUE = re.compile(r"^[A-Za-z0-9_.:,^=-]{1,200}$")
+# How a script is relaunched, after its #SBATCH lines (docs/faults.md, "After a
+# preemption"; tested in tests/multiprocess/test_slurm_local.py).
+RELAUNCH = (
+    "# Relaunch: the script ends with the training's exit code. A job whose ranks exit 75 (a",
+    "# peer was lost) or 143 (stopped on SIGTERM by scancel, the time limit or a preemption,",
+    "# after a checkpoint) resumes from the newest checkpoint when this file is submitted",
+    "# again, on fewer nodes too: `sbatch --nodes=1 THIS_FILE` (srun takes its nodes and",
+    "# tasks from the allocation; the accumulation keeps the global batch). Where Slurm",
+    "# requeues a job (a node failure, a preemption in REQUEUE mode, scontrol requeue) it",
+    "# comes back under its own id, resumes, and appends to the same output file.",
+    "#SBATCH --requeue",
+    "#SBATCH --open-mode=append",
+)
 # Runs in every task: TF_CONFIG from the worker list and this task's SLURM_PROCID, then
 # the training command from "$@". Constant text: no user input is ever spliced in.
 _MWMS_TASK = (f'export {contract.ENV_TF_CONFIG}="{{\\"cluster\\":{{\\"worker\\":'
@@ -91,7 +104,7 @@ def _sbatch_lines(job: SlurmJob) -> list[str]:
     rendered = [f"#SBATCH --{key}={value}" for key, value in lines]
     if job.exclusive:
         rendered.append("#SBATCH --exclusive")
-    return rendered
+    return rendered + list(RELAUNCH)
 
 
 def _nccl_lines(job: SlurmJob) -> list[str]:
@@ -140,9 +153,10 @@ def _srun_text(job: SlurmJob) -> str:
     if job.backend == "mwms":
         command = ["bash", "-c", _MWMS_TASK, "mwms-task"] + command
     mpi = job.srun_mpi if job.backend == "horovod" else "none"
-    argv = plan.srun_argv(command, ntasks_per_node=tasks_per_node(job), mpi=mpi,
-                          cpus_per_task=job.cpus_per_task, gpus_per_task=job.gpus_per_task,
-                          export=None)
+    # No task count: srun takes the allocation's, so `sbatch --nodes=1 THIS_FILE` runs
+    # on one node (a count given here would only be overridden, with a warning).
+    argv = plan.srun_argv(command, mpi=mpi, cpus_per_task=job.cpus_per_task,
+                          gpus_per_task=job.gpus_per_task, export=None)
     options = argv[:len(argv) - len(command)]
     return " \\\n  ".join([shlex.join(options)] + [shlex.join(command)])
 

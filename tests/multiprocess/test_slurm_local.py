@@ -8,12 +8,18 @@ above chance), and what each rank saw of itself, rank, size, local rank and loca
 both as horovod_train.env detected it from the launcher's variables and as the backend
 joined (slurm_rank_probe.py records them; the program itself reports no rank).
 
+One scenario relaunches instead: a 2-node job requeued, then cancelled, each time after a
+checkpoint, and its script submitted again on 1 node (issue 42, after a preemption).
+
 One node: the cluster's node is this machine, under its own hostname. Two nodes: n1 and
 n2, each slurmd in its own network namespace (tests/netns/topology.py), so ranks on
 different nodes talk over veth links, as on separate hosts.
 """
+import json
 import os
+import re
 import sys
+import time
 
 import pytest
 
@@ -76,7 +82,6 @@ class Job:
 
     def check(self, launcher: str, positions, nodes=None):
         """positions[r] = (local rank, local size) of rank r; nodes[r] its Slurm node."""
-        import json
         size = len(positions)
         summary_path = self.run_dir / "summary.json"
         assert summary_path.exists(), self.explain("no summary.json")
@@ -103,14 +108,16 @@ class Job:
         assert not problems, "\n".join(problems)
 
 
-def _render(job, backend: str, nodes: int, tasks_per_node: int, port_base=None) -> str:
-    """The sbatch script `python -m launch slurm` writes for this job."""
+def _render(job, backend: str, nodes: int, tasks_per_node: int, port_base=None,
+            train_argv=None) -> str:
+    """The sbatch script `python -m launch slurm` writes for this job (of the probe, unless
+    `train_argv` says which training command)."""
     script = job.dir / f"{backend}.sbatch.sh"
     argv = [sys.executable, "-m", "launch", "slurm", "--backend", backend, "--nodes", str(nodes),
             "--tasks_per_node", str(tasks_per_node), "--time", "00:10:00", "-o", str(script)]
     if port_base is not None:
         argv += ["--mwms_port_base", str(port_base)]
-    proc = run_cli(argv + ["--", *job.train_argv()])
+    proc = run_cli(argv + ["--", *(train_argv or job.train_argv())])
     assert proc.returncode == 0, proc.stderr
     return str(script)
 
@@ -135,7 +142,7 @@ def test_srun_two_mwms_tasks_without_tasks_per_node(one_node, tmp_path):
     sets no SLURM_NTASKS_PER_NODE (only SLURM_STEP_TASKS_PER_NODE and
     SLURM_TASKS_PER_NODE): local size must still come out 2, and mwms must derive both
     workers from the Slurm variables (no TF_CONFIG is given). Horovod's ranks under srun
-    --mpi=pmix are the rendered sbatch script's (with --ntasks-per-node) and
+    --mpi=pmix are the rendered sbatch script's (--ntasks-per-node in its #SBATCH lines) and
     test_salloc_launch_run_srun's (without)."""
     job = Job(tmp_path)
     proc = job.run(one_node, ["srun", "--mpi=none", "-n", "2", "--kill-on-bad-exit=1",
@@ -244,3 +251,100 @@ def test_two_node_cluster_has_separate_tmpfs(two_nodes, tmp_path):
     for node in ("n1", "n2"):
         assert os.listdir(os.path.join(two_nodes.state_dir, "tmp", node)) == [f"from-{node}"]
 
+
+# ------------------------------------------------------------------- after a preemption
+
+# digits at global batch 64 (2 ranks x 32), 2 ranks at most ~150 steps/s here: each stop
+# below comes within a second of a checkpoint every 50 steps, far before step 1000, and
+# one rank trains the rest in 10-20 s.
+RELAUNCH_STEPS = 1000
+RELAUNCH_FLAGS = [flag for flag in FLAGS if not flag.startswith("--max_steps=")] + [
+    f"--max_steps={RELAUNCH_STEPS}", "--epochs=100", "--checkpoint_every=50", "--batch_size=32"]
+STOPPED = re.compile(r"stopped on SIGTERM at step (\d+), after writing a checkpoint there")
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+
+
+def _steps(ckpt) -> list[int]:
+    return sorted(int(path.name[len("ckpt-"):]) for path in ckpt.glob("ckpt-*"))
+
+
+def _state(cluster, job_id: str, cwd) -> str:
+    """The job's state; '' once it has left the queue."""
+    proc = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"], cwd=cwd, timeout=60)
+    return proc.stdout.strip()
+
+
+def _wait(job, what: str, condition, running=None, timeout=JOB_TIMEOUT_S):
+    """Polls `condition` until it holds; fails at the timeout, or at once when `running`
+    (checked every 2 s) says the job it waits on is over."""
+    deadline, polls = time.monotonic() + timeout, 0
+    while not condition():
+        assert time.monotonic() < deadline, job.explain(f"no {what} within {timeout} s")
+        polls += 1
+        if running is not None and polls % 10 == 0 and not running() and not condition():
+            pytest.fail(job.explain(f"the job ended before its {what}"))
+        time.sleep(0.2)
+
+
+def _meta(ckpt, step: int) -> dict:
+    return json.loads((ckpt / f"ckpt-{step:09d}" / "meta.json").read_text())
+
+
+def test_sbatch_job_requeued_cancelled_and_resubmitted_on_one_node(two_nodes, tmp_path):
+    """Issue 42 item 3, the rendered script's relaunch story (launch/sbatch.py, RELAUNCH):
+    a 2-node job is requeued after its first checkpoint (scontrol requeue: SIGTERM, then
+    the same job again, as Slurm does to a job it preempts in REQUEUE mode); its ranks
+    stop with 143 after a checkpoint, and the requeued run resumes there on 2 ranks,
+    appending to the same output file. Cancelled after a checkpoint of its own, it stops
+    the same way; the same file submitted with `sbatch --nodes=1` resumes on 1 rank with
+    the global batch kept (accumulation 1 -> 2) and finishes. Launches of its own: it
+    signals the job's ranks (requeue, scancel) and needs the jobs in this order."""
+    job, ckpt = Job(tmp_path), tmp_path / "ckpt"
+    script = _render(job, "horovod", 2, 1, train_argv=[
+        *TRAIN, *RELAUNCH_FLAGS, f"--checkpoint_dir={ckpt}",
+        f"--summary_json={job.run_dir}/summary.json"])
+    first = job.run(two_nodes, ["sbatch", "--parsable", script]).stdout.strip().split(";")[0]
+    try:
+        def running():
+            return _state(two_nodes, first, tmp_path) in ACTIVE
+
+        _wait(job, "first checkpoint", lambda: _steps(ckpt), running)
+        job.run(two_nodes, ["scontrol", "requeue", first])
+        _wait(job, "requeued job", lambda: _state(two_nodes, first, tmp_path) == "PENDING")
+        stopped = _steps(ckpt)[-1]
+        assert _meta(ckpt, stopped)["fingerprint"]["world_size"] == 2
+        # Slurm holds a requeued job for about two minutes before it may start again.
+        job.run(two_nodes, ["scontrol", "update", f"jobid={first}", "StartTime=now"])
+        _wait(job, "checkpoint of the requeued run", lambda: _steps(ckpt)[-1] > stopped, running)
+        job.run(two_nodes, ["scancel", first])
+        _wait(job, "end of the cancelled job", lambda: not running())
+    finally:
+        two_nodes.run(["scancel", first], cwd=tmp_path, timeout=60)
+    cancelled = _steps(ckpt)[-1]
+    assert _meta(ckpt, cancelled)["fingerprint"]["world_size"] == 2
+
+    text = (tmp_path / f"horovod_train-{first}.out").read_text()
+    lines = text.splitlines()
+    assert "DUE TO JOB REQUEUE" in text, text[-4000:]
+    assert STOPPED.findall(text) == [str(stopped)] * 2 + [str(cancelled)] * 2, text[-4000:]
+    assert text.count("Exited with exit code 143") == 4, text[-4000:]
+    # Both runs' lines, in one file (--open-mode=append); the second resumed on 2 ranks as
+    # it was, so nothing changed.
+    assert sum(line.startswith("config | backend horovod") for line in lines) == 2, text
+    assert f"checkpoint | resumed from step {stopped}" in lines, text[-4000:]
+
+    proc = job.run(two_nodes, ["sbatch", "--nodes=1", "--wait", script])
+    second = proc.stdout.split()[-1]
+    change = "written by 2 ranks on 1 rank: accumulation 1 -> 2, global batch 64 kept"
+    lines = (tmp_path / f"horovod_train-{second}.out").read_text().splitlines()
+    assert f"checkpoint | resumed from step {cancelled} {change}" in lines, lines
+    assert any(line.startswith(f"done  | steps {RELAUNCH_STEPS} ") for line in lines), lines
+    summary = json.loads((job.run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 1 and summary["steps"] == RELAUNCH_STEPS, summary
+    assert summary["resumed"]["step"] == cancelled and summary["resumed"]["change"] == change
+    assert summary["grad_accum_steps"] == 2 and summary["global_batch"] == 64
+    assert summary["test_accuracy"] > MIN_ACCURACY, summary["test_accuracy"]
+    final = _meta(ckpt, RELAUNCH_STEPS)
+    assert final["fingerprint"]["world_size"] == 1, final
+    assert final["fingerprint"]["speed.grad_accum_steps"] == 2, final
+    assert final["lr_schedule"]["scale"] == 2.0, final  # the 2-rank run's learning rate

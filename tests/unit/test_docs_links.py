@@ -34,7 +34,8 @@ OUTSIDE_FLAGS = {
     # srun / sbatch / salloc / scontrol
     "ntasks-per-node", "cpus-per-task", "gpus-per-node", "gpus-per-task", "distribution",
     "kill-on-bad-exit", "job-name", "nodes", "time", "partition", "output", "wait", "wrap",
-    "ntasks", "nodelist", "export", "overlap", "exclusive", "preserve-env",
+    "ntasks", "nodelist", "export", "overlap", "exclusive", "preserve-env", "requeue",
+    "no-requeue", "open-mode",
     # Open MPI's configure
     "with-pmi", "with-pmix",
     # pip / python -m build / venv / apt

@@ -71,7 +71,7 @@ def test_horovod_script_lines():
                  "export TF_NUM_INTRAOP_THREADS=6", "export MY_VAR='a b $HOME'"):
         # Exact line, or the line followed by its "  # why" comment.
         assert any(row.split("  #")[0] == line for row in text.splitlines()), line
-    assert "srun --mpi=pmix --ntasks-per-node=8 --cpus-per-task=6" in text
+    assert "srun --mpi=pmix --cpus-per-task=6" in text
     assert "'$(touch PWNED); `reboot` '\"'\"'quoted'\"'\"' \"dq\" a;b'" in text
 
 
@@ -87,6 +87,22 @@ def test_cpu_job_has_no_gpu_lines_and_full_cpu_sharing_defaults(monkeypatch, bui
     assert f"export HOROVOD_CYCLE_TIME={cycle}\n" in text
     assert "export OMPI_MCA_mpi_yield_when_idle=1" in text
     assert "#SBATCH --ntasks-per-node=4" in text
+
+
+@pytest.mark.parametrize("backend", ["horovod", "mwms"])
+def test_script_is_requeueable_and_srun_takes_the_allocations_counts(backend):
+    """`sbatch --nodes=1 THIS_FILE` must run the same script on one node: sbatch reads
+    #SBATCH lines only before the first command, and srun, given no count, takes the
+    allocation's. A requeued run appends to the output file the first run wrote."""
+    lines = render(backend, nodes=2, tasks_per_node=1).splitlines()
+    first_command = next(i for i, line in enumerate(lines)
+                         if line.strip() and not line.startswith("#"))
+    directives = [i for i, line in enumerate(lines) if line.startswith("#SBATCH")]
+    assert max(directives) < first_command
+    assert {"#SBATCH --requeue", "#SBATCH --open-mode=append"} <= set(lines)
+    assert "sbatch --nodes=1 THIS_FILE" in "\n".join(lines[:first_command])
+    srun = next(line for line in lines if line.startswith("srun "))
+    assert not any(flag in srun for flag in ("--nodes", "--ntasks", "-N ", "-n "))
 
 
 def test_nccl_settings_commented_unless_given():
@@ -127,7 +143,7 @@ def test_horovod_script_passes_the_command_verbatim_to_srun(tmp_path):
     command = ("python3", "-c", "import sys; print(sys.argv[1])", HOSTILE)
     stdout, srun_args = run_script(tmp_path, render("horovod", command=command, nodes=1,
                                                     tasks_per_node=1), 1, "n1")
-    assert srun_args[:2] == ["--mpi=pmix", "--ntasks-per-node=1"]
+    assert srun_args[:2] == ["--mpi=pmix", "--distribution=block"]
     assert srun_args[-4:] == list(command)
     assert stdout == HOSTILE + "\n"
     assert not (tmp_path / "PWNED").exists()
@@ -147,6 +163,21 @@ def test_mwms_script_gives_each_task_the_tf_config_python_would(tmp_path, scontr
     assert configs[3]["cluster"]["worker"] == ["n07:20000", "n07:20001", "n08:20000",
                                                "n08:20001"]
     assert srun_args[0] == "--mpi=none"
+
+
+@pytest.mark.parametrize("per_node, expected_exit", [("2", 0), ("3", 2)])
+def test_mwms_script_stops_on_another_tasks_per_node(tmp_path, per_node, expected_exit):
+    """The workers are laid out for the rendered tasks per node; sbatch --ntasks-per-node=3
+    on a script rendered for 2 stops before srun, naming both and the fix."""
+    text = render("mwms", command=PRINT_TF_CONFIG, nodes=2, tasks_per_node=2)
+    result = start_script(tmp_path, text, 4, "n[07-08]", SLURM_NTASKS_PER_NODE=per_node)
+    assert result.returncode == expected_exit, result.stdout + result.stderr
+    if expected_exit:
+        assert result.stderr.strip() == (
+            "mwms job: received SLURM_NTASKS_PER_NODE=3 (sbatch --ntasks-per-node); expected "
+            "2, the workers per node this script lists. Fix: submit it without "
+            "--ntasks-per-node, or render it again with --tasks_per_node 3")
+        assert not (tmp_path / "srun_args").exists()
 
 
 NO_LAUNCH_PYTHON = """#!/bin/bash
