@@ -98,6 +98,24 @@ class IntervalMeter:
         return out
 
 
+# Parts of a step spent waiting for the peers, not working: the rest is a rank's own.
+WAITING_PARTS = ("comm", "sync")
+
+
+def own_seconds(per_step: dict) -> float:
+    """Seconds of a step (IntervalMeter.seconds_per_step) this rank worked on its own:
+    the whole step but its waits for the peers. A rank whose own time is the longest is
+    the one the others wait for. Without a sampled split ("step" as one part) the step's
+    waits cannot be told apart and count as its own."""
+    return sum(v for k, v in per_step.items() if k not in WAITING_PARTS)
+
+
+def waits(own_per_rank) -> tuple[list[float], int]:
+    """(seconds each rank waited per step for the slowest, the slowest rank)."""
+    slowest = max(range(len(own_per_rank)), key=lambda r: own_per_rank[r])
+    return [own_per_rank[slowest] - own for own in own_per_rank], slowest
+
+
 def split_step(parts: dict, step_s: float) -> dict:
     """A mean step of `step_s` seconds in the sampled split's parts (seconds each).
 

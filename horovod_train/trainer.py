@@ -337,8 +337,10 @@ class Trainer:
         # The summary's tally takes the wall the gathered rate is computed from, before the
         # gather's own wait is known, so the report rebuilds exactly the same figure.
         self.throughput.add(m.samples, m.wall(before), m.traced, m.cpu())
+        # Each rank's own work per step (no waits): the slowest is who the others wait for.
+        own = metrics.own_seconds(m.seconds_per_step(self._parts(), before))
         with self.watchdog.where.entering("the interval's metrics gather", self.global_step):
-            rows = metrics.gather_rows(self.backend, m.rank_row(before) + gpu)
+            rows = metrics.gather_rows(self.backend, m.rank_row(before) + [own] + gpu)
         # The gather waits for the slowest rank (e.g. one still tracing): that wait is
         # this interval's, shown as "sync".
         now = time.perf_counter()
@@ -346,19 +348,27 @@ class Trainer:
         self.meter = metrics.IntervalMeter(started=now)
         loss = float(rows[:, 0].mean())
         self.loss_history.append((self.global_step, loss))
-        gpu_util, gpu_mem = combine(rows[:, 2:5].tolist())
-        split = self.last_parts if self.instrument else None
-        if split and not self.communicates:
-            split = {k: v for k, v in split.items() if k != "comm"}
+        gpu_util, gpu_mem = combine(rows[:, 3:6].tolist())
+        split = self._parts()
+        waited, slowest = metrics.waits([float(r) for r in rows[:, 2]])
         self.observer.interval({
             "step": self.global_step, "total_steps": self.total, "steps": m.steps,
             "loss": loss, "samples_per_sec": float(rows[:, 1].sum()), "traced": m.traced,
             "samples_per_sec_per_rank": [float(r) for r in rows[:, 1]],
+            # Seconds a step each rank waited for the slowest (who: slowest_rank).
+            "wait_s_per_rank": waited, "slowest_rank": slowest if len(rows) > 1 else None,
             # This rank's (the chief's) clocks; the split from the latest sampled step.
             "seconds_per_step": m.seconds_per_step(split, now), "sampled_split_s": split,
             "learning_rate": self.lr.value_at(self.global_step - self.skipped_steps),
             "loss_scale": float(self.step.loss_scale.scale.numpy()),
             "gpu_util_pct": gpu_util, "gpu_mem_mib": gpu_mem})
+
+    def _parts(self) -> dict | None:
+        """The latest sampled split, without comm where nothing is communicated."""
+        split = self.last_parts if self.instrument else None
+        if split and not self.communicates:
+            split = {k: v for k, v in split.items() if k != "comm"}
+        return split
 
     def _delay_s(self, phase: str) -> float:
         """Seconds --inject_delay adds to this rank's `phase` (tests)."""

@@ -14,6 +14,7 @@ from absl import logging
 
 from horovod_train.errors import UsageError, write_error
 from horovod_train.observe import baseline, progress
+from horovod_train.observe.straggler import StragglerWatch, wait_scalars, wait_tags
 from horovod_train.observe.writer import BackgroundWriter
 
 METRICS_FILE = "metrics.jsonl"
@@ -79,6 +80,8 @@ class ChiefObserver(NullObserver):
         self.progress = progress.Progress(obs.progress, total_steps)
         self.started = time.perf_counter()
         self._steady_seen = False  # an interval that traced nothing was logged
+        self.straggler = StragglerWatch(world_size)
+        self.train_tags = TRAIN_TAGS + wait_tags(world_size)
         self._jsonl = self._tb = self._profile = self._writer = None
         self._log_baseline(source)
         if self.run_dir and obs.instrument:
@@ -112,7 +115,7 @@ class ChiefObserver(NullObserver):
             self._jsonl = open(self._jsonl_path, "a")
         self._append(dict(start_record, kind="start"))
         with _writing(self._tb_dir):
-            self._tb = ScalarWriter(self._tb_dir, [TRAIN_TAGS, EVAL_TAGS])
+            self._tb = ScalarWriter(self._tb_dir, [self.train_tags, EVAL_TAGS])
         self._writer = BackgroundWriter()
 
     def _append(self, record: dict):
@@ -158,8 +161,11 @@ class ChiefObserver(NullObserver):
             efficiency=record["efficiency"], eta=progress.format_eta(record["eta_s"]),
             traced=record["traced"])
         self.progress.line(line, record["step"], record["samples_per_sec"], step_s)
+        lagging = self.straggler.add(record)
+        if lagging:
+            self.progress.note(f"straggler | {lagging}")
         if self._jsonl:
-            self._writer.submit(self._write, record, _train_scalars(record))
+            self._writer.submit(self._write, record, _train_scalars(record, self.train_tags))
 
     def startup(self, seconds: dict):
         """After this process's first step: the `start-up |` line and its record."""
@@ -180,6 +186,9 @@ class ChiefObserver(NullObserver):
     def close(self, summary: dict):
         if self._profile:
             self._profile.stop()
+        lagging = self.straggler.verdict()
+        if lagging:  # the whole run's account, after the first warning
+            self.progress.note(f"straggler | over the run: {lagging}")
         self.progress.close()
         if self._jsonl:
             self._writer.close()  # every interval's record is on disk before "end"
@@ -207,8 +216,9 @@ class ChiefObserver(NullObserver):
                          "key %s in %s", rate, self.key, self.cache)
 
 
-def _train_scalars(record: dict) -> dict:
-    scalars = dict.fromkeys(TRAIN_TAGS)
+def _train_scalars(record: dict, tags=TRAIN_TAGS) -> dict:
+    scalars = dict.fromkeys(tags)
+    scalars.update(wait_scalars(record))
     scalars.update({"train/loss": record["loss"], "train/learning_rate": record.get("learning_rate"),
                "train/loss_scale": record.get("loss_scale"),
                "throughput/samples_per_sec": record["samples_per_sec"],

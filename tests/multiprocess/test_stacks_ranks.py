@@ -2,8 +2,11 @@
 collectives, longer than --collective_timeout_s, under horovodrun --gloo, --mpi and two
 MWMS workers. Every rank dumps its stacks into RUN_DIR/stacks and the chief's summary
 names rank 1, its frame, and rank 0 waiting in the step's allreduce. A live job shows
-the same on request (`python -m launch stacks`) and runs on to the end.
+the same on request (`python -m launch stacks`), runs on to the end, and names rank 1
+as its straggler.
 (A rank killed or stopped: test_faults.py's scenarios check the summary names it.)"""
+import glob
+import json
 import os
 import re
 import subprocess
@@ -57,11 +60,12 @@ def test_a_stalled_worker_is_named_with_its_frame_under_mwms(tmp_path):
     assert "stacks |" not in outputs[1]  # the chief alone prints the summary
 
 
-def test_a_live_job_shows_where_each_rank_is_on_request_and_runs_on(tmp_path):
+def test_a_live_job_shows_where_each_rank_is_on_request_and_names_its_straggler(tmp_path):
     """Rank 1 sleeps 2 s before each step: nearly always it is sleeping and rank 0 waits
-    in the allreduce; the request is repeated (up to 3 times) until a dump catches that."""
+    in the allreduce; the request is repeated (up to 3 times) until a dump catches that.
+    The job runs on, and its records name rank 1 as the straggler (issue 43 item 3)."""
     pytest.importorskip("horovod.tensorflow")
-    argv = horovodrun(2, "gloo", ["--max_steps=12", "--log_every=4", "--eval_every_epochs=0",
+    argv = horovodrun(2, "gloo", ["--max_steps=12", "--log_every=2", "--eval_every_epochs=0",
                                   "--intra_op_threads=1", "--inject_delay=step:2@1",
                                   f"--run_dir={tmp_path}"])
     job = subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdin=subprocess.DEVNULL,
@@ -92,3 +96,12 @@ def test_a_live_job_shows_where_each_rank_is_on_request_and_runs_on(tmp_path):
     # The job was not stopped: it ran to its last step and ended well.
     assert job.returncode == 0 and "done  | steps 12" in out, out[-3000:]
     assert os.path.exists(tmp_path / "summary.json")
+    # The straggler: rank 0 waits ~2 s a step for rank 1, in the records and in one line.
+    records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    steady = [r for r in records if r["kind"] == "train" and not r["traced"]]
+    assert len(steady) >= 3 and all(r["slowest_rank"] == 1 for r in steady), steady
+    assert all(r["wait_s_per_rank"][0] > 1.0 and r["wait_s_per_rank"][1] == 0 for r in steady)
+    assert re.search(r"straggler \| rank 1 slowest in \d+ of \d+ intervals: the others wait "
+                     r"\d+ ms a step for it, \d+% of the step", out), out[-3000:]
+    events = glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*"))
+    assert events and b"straggler/wait_ms_rank0" in open(events[0], "rb").read()

@@ -11,12 +11,12 @@ from launch import stacks as reader
 DUMP = """== 10:00:00 the watchdog fired
 Thread 0x00007f0000000002 (most recent call first):
   File "/usr/lib/python3.11/threading.py", line 331 in wait
-  File "/work/horovod_train/stacks.py", line 100 in _serve
+  File "/src/horovod_train/stacks.py", line 100 in _serve
 
 Current thread 0x00007f0000000001 (most recent call first):
   File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute
-  File "/work/horovod_train/backends/base.py", line 80 in run_step_fed
-  File "/work/horovod_train/trainer.py", line 245 in _run
+  File "/src/horovod_train/backends/base.py", line 80 in run_step_fed
+  File "/src/horovod_train/trainer.py", line 245 in _run
   File "<frozen runpy>", line 88 in _run_code
 """
 
