@@ -13,6 +13,7 @@ import os
 import models  # the zoo's registry is TF-free: its names are --model's choices
 from horovod_train.data import available_datasets  # TF-free, like the zoo's
 from horovod_train.errors import check_choice, check_positive, check_range, usage_error
+from horovod_train.observe import profiler as profiler_lib  # TF-free: the flags' rules
 from launch import contract
 
 # Gradient buckets (backends/buckets.py): a few per ResNet-18 (44 MiB of gradients), so
@@ -307,8 +308,12 @@ class ObserveConfig:
     instrument: bool = option(True, "Measure the step breakdown (sampled split steps, "
                               "TensorBoard, metrics.jsonl, NVML) and write the run_dir records; "
                               "--noinstrument = fused steps only (benchmarks).")
-    profile_steps: str = option("", "FIRST,LAST: capture a TF profiler trace of these steps "
-                                "(1-based, inclusive) into run_dir/profile.")
+    profile_steps: str = option("", "FIRST:LAST: profile these steps (1-based, inclusive) on "
+                                "the --profile_ranks, into run_dir/profile.")
+    profile_ranks: str = option("0", "Ranks that profile --profile_steps, e.g. 0,1.")
+    profiler: str = option("auto", "py-spy (all threads, native frames; speedscope JSON), tf "
+                           "(TensorFlow's trace), or auto: py-spy where installed.",
+                           choices=profiler_lib.PROFILERS)
     # Not `--timeline`: horovodrun parses the whole command line and rejects that as an
     # ambiguous abbreviation of its own --timeline-filename / --timeline-mark-cycles,
     # even after the training command.
@@ -336,16 +341,9 @@ class ObserveConfig:
                                   f"add --run_dir=DIR (e.g. runs/mine) or drop {flag}")
 
     def profile_window(self) -> tuple[int, int] | None:
-        """(first, last) step of the profiler trace, or None."""
-        if not self.profile_steps:
-            return None
-        first, _, last = str(self.profile_steps).partition(",")
-        if not (first.strip().isdigit() and last.strip().isdigit()) or \
-                not 1 <= int(first) <= int(last):
-            raise usage_error("--profile_steps", self.profile_steps,
-                              "FIRST,LAST with 1 <= FIRST <= LAST, e.g. 20,25",
-                              "pass --profile_steps=20,25 (a few steps after warm-up)")
-        return int(first), int(last)
+        """(first, last) step of the profile, or None (observe/profiler.py)."""
+        profiler_lib.parse_ranks(self.profile_ranks)  # validates
+        return profiler_lib.parse_window(self.profile_steps)
 
 
 @dataclasses.dataclass(frozen=True)

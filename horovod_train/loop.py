@@ -277,7 +277,7 @@ def run(config) -> dict:
         "world_size": info.size, "backend": backend.name, "model": config.model,
         "dataset": config.data.dataset, "global_batch": step_batch(config) * info.size,
         "total_steps": grid.total, "steps_per_epoch": grid.per_epoch,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, rank=info.rank)
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
                       grid, observer, learning_rate=schedule, startup=clock)
     dump = _stack_dump(config, info, trainer.watchdog)

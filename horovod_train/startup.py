@@ -36,7 +36,8 @@ class StartupClock:
     def mark(self, key: str) -> None:
         if key not in KEYS:
             raise ValueError(f"unknown start-up phase {key!r}; expected one of {KEYS}")
-        self.ends.setdefault(key, self.age())
+        if key not in self.ends:  # the trainer marks at every step: read the clock once
+            self.ends[key] = self.age()
 
     @property
     def done(self) -> bool:

@@ -241,7 +241,9 @@ class Trainer:
                     self.step.stop_vote(self.sigterm.requested))
         traces = self.step.tracing_count()
         self.startup.mark("restore")  # the first call ends it; later ones change nothing
-        time.sleep(self._delay_s("step"))  # fault injection: a straggler, a stalled rank
+        delay = self._delay_s("step")  # fault injection: a straggler, a stalled rank
+        if delay:  # not sleep(0): that yields the thread, a scheduler tick on a busy host
+            time.sleep(delay)
         t0 = time.perf_counter()
         with self.watchdog.where.entering("the step's gradient allreduce", self.global_step + 1,
                                           self.backend.wire_bytes_per_step):

@@ -13,7 +13,7 @@ import time
 from absl import logging
 
 from horovod_train.errors import UsageError, write_error
-from horovod_train.observe import baseline, progress
+from horovod_train.observe import baseline, profiler, progress
 from horovod_train.observe.straggler import StragglerWatch, wait_scalars, wait_tags
 from horovod_train.observe.writer import BackgroundWriter
 
@@ -82,16 +82,12 @@ class ChiefObserver(NullObserver):
         self._steady_seen = False  # an interval that traced nothing was logged
         self.straggler = StragglerWatch(world_size)
         self.train_tags = TRAIN_TAGS + wait_tags(world_size)
-        self._jsonl = self._tb = self._profile = self._writer = None
+        self._jsonl = self._tb = self._writer = None
         self._log_baseline(source)
         if self.run_dir and obs.instrument:
             self._open_sinks(dict(start_record, config_key=self.key,
                                   baseline_samples_per_sec=self.baseline,
                                   baseline_source=source, config=config.to_dict()))
-        window = obs.profile_window()
-        if window:
-            from horovod_train.observe.profiler import ProfileWindow
-            self._profile = ProfileWindow(window, os.path.join(self.run_dir, "profile"))
 
     def _log_baseline(self, source):
         if self.world_size == 1:
@@ -129,14 +125,8 @@ class ChiefObserver(NullObserver):
         with _writing(self._tb_dir):
             self._tb.write(record["step"], scalars)
 
-    def before_step(self, step: int):
-        if self._profile:
-            self._profile.before_step(step)
-
     def after_step(self, step: int):
         self.progress.step(step)
-        if self._profile:
-            self._profile.after_step(step)
 
     def _efficiency(self, record: dict):
         """None for one rank (against a stored one-rank figure it says nothing about
@@ -184,8 +174,6 @@ class ChiefObserver(NullObserver):
                                 {"eval/accuracy": record["accuracy"], "eval/loss": record["loss"]})
 
     def close(self, summary: dict):
-        if self._profile:
-            self._profile.stop()
         lagging = self.straggler.verdict()
         if lagging:  # the whole run's account, after the first warning
             self.progress.note(f"straggler | over the run: {lagging}")
@@ -233,7 +221,11 @@ def _train_scalars(record: dict, tags=TRAIN_TAGS) -> dict:
     return scalars
 
 
-def create(config, is_chief: bool, world_size: int, total_steps: int, start_record: dict):
-    if not is_chief:
-        return NullObserver()
-    return ChiefObserver(config, world_size, total_steps, start_record)
+def create(config, is_chief: bool, world_size: int, total_steps: int, start_record: dict,
+           rank: int = 0):
+    """The chief's observer (a no-op elsewhere), driving this rank's profile window when
+    it is one of --profile_ranks (observe/profiler.py)."""
+    observer = ChiefObserver(config, world_size, total_steps, start_record) if is_chief \
+        else NullObserver()
+    window = profiler.for_rank(config.observe, rank, is_chief)
+    return profiler.Profiled(observer, window) if window is not None else observer

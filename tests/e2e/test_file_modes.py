@@ -44,7 +44,7 @@ def test_a_training_run_writes_what_the_umask_allows(tmp_path, umask):
     baselines = out / "cache" / "baselines.json"
     proc = _run(TRAIN + [f"--run_dir={run_dir}", f"--checkpoint_dir={ckpt}",
                          f"--export_weights={weights}", f"--baseline_cache={baselines}",
-                         "--profile_steps=2,3"], umask)
+                         "--profile_steps=2,3", "--profiler=tf"], umask)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = _run([sys.executable, "-m", "horovod_train.report", str(run_dir)], umask, timeout=120)
     assert report.returncode == 0, report.stderr[-3000:]

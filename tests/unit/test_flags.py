@@ -120,7 +120,7 @@ def _changed_value(field, kind, tmp_path):
 EXAMPLES = {"model": "digits_mlp", "dataset": "synthetic", "tfds_name": "mnist",
             "train_split": "train[:90%]", "eval_split": "validation", "cache": "memory",
             "checkpoint_every": "500", "inject_nonfinite": "5@1", "inject_delay": "eval:2@1",
-            "profile_steps": "2,3", "baseline_cache": "", "synthetic_shape": "4,4,3"}
+            "profile_steps": "2,3", "profile_ranks": "0,1", "baseline_cache": "", "synthetic_shape": "4,4,3"}
 
 
 NEEDS_RUN_DIR = ("profile_steps", "horovod_timeline")

@@ -27,6 +27,9 @@ def test_a_phase_is_timed_once_and_unmarked_phases_are_left_out():
     clock.mark("join")
     clock.mark("join")  # an elastic ring re-forming does not start up again
     assert clock.ends == {"imports": 1.0, "join": 2.0}
+    # The clock is read once per phase (the trainer marks at every step; reading the
+    # process's age is a /proc read).
+    assert clock.age() == 9.0
     assert not clock.done
     assert clock.seconds() == {"imports": 1.0, "join": 1.0, "total": 2.0}
     assert clock.row() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
