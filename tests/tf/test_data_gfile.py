@@ -15,7 +15,8 @@ tf = pytest.importorskip("tensorflow")
 
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import loop  # noqa: E402
-from horovod_train.data import fs, sources, tfrecord, verdicts  # noqa: E402
+from horovod_train import fs  # noqa: E402
+from horovod_train.data import sources, tfrecord, verdicts  # noqa: E402
 from horovod_train.data.__main__ import main as data_cli  # noqa: E402
 from horovod_train.errors import UsageError  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Issue 41 item 5, the TF-free half: data/fs.py's local side and its rule (a URL goes
+"""Issue 41 item 5, the TF-free half: fs.py's local side and its rule (a URL goes
 to tf.io.gfile, a local path to os), the local-only sources refused for a URL before
 TensorFlow loads, and the verification memory keyed by a URL as given. The URL side on
 TensorFlow's ram:// filesystem: tests/tf/test_data_gfile.py."""
@@ -11,7 +11,8 @@ import pytest
 
 from helpers import ROOT
 from horovod_train import config as cfg
-from horovod_train.data import convert, fs, verdicts
+from horovod_train import fs
+from horovod_train.data import convert, verdicts
 from horovod_train.errors import UsageError
 
 

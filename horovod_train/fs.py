@@ -1,6 +1,6 @@
-"""The one place where data paths touch a filesystem. TF-free at import.
+"""The one place where paths touch a filesystem: data, and checkpoints. TF-free at import.
 
-A data path is a local path (`/data/x`, `data/x`, `file:///data/x`) or a URL of a
+A path is a local path (`/data/x`, `data/x`, `file:///data/x`) or a URL of a
 filesystem TensorFlow has registered: `gs://` and `ram://` come with it; `s3://` and
 `hdfs://` with tensorflow-io, which _gfile imports for a scheme TensorFlow lacks.
 
