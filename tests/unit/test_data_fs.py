@@ -71,6 +71,34 @@ def test_an_atomic_write_replaces_whole_leaves_nothing_aside_and_takes_the_umask
         os.umask(old)
 
 
+@pytest.mark.parametrize("path, atomic", [
+    ("/ck", True), ("file:///ck", True), ("hdfs://nn/ck", True), ("gs://b/ck", False),
+    ("s3://b/ck", False), ("ram://ck", False), ("az://c/ck", False)])
+def test_which_filesystems_rename_atomically_and_the_test_switch(path, atomic, monkeypatch):
+    assert fs.renames_atomically(path) is atomic
+    monkeypatch.setenv(fs.NO_ATOMIC_RENAME_ENV, "1")  # local paths only
+    assert fs.renames_atomically(path) is (atomic and not fs.is_local(path))
+    monkeypatch.setenv(fs.NO_ATOMIC_RENAME_ENV, "0")
+    assert fs.renames_atomically(path) is atomic
+
+
+def test_a_stream_write_counts_size_and_crc_replaces_and_takes_the_umask(tmp_path):
+    import zlib
+    old = os.umask(0o027)
+    try:
+        path = str(tmp_path / "f.bin")
+        fs.write_stream(path, lambda f: f.write(b"a longer first version"))
+        written = fs.write_stream(path, lambda f: [f.write(b"ab"), f.write(memoryview(b"cd"))])
+        assert written == fs.Written(4, zlib.crc32(b"abcd")) and fs.read_bytes(path) == b"abcd"
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    finally:
+        os.umask(old)
+    fs.rename(path, str(tmp_path / "g.bin"))
+    assert os.listdir(tmp_path) == ["g.bin"]
+    with fs.reading(str(tmp_path / "g.bin")) as f:
+        assert f.seekable() and f.read() == b"abcd"
+
+
 def test_the_verification_memory_of_a_url_is_keyed_by_the_url_as_given(tmp_path, monkeypatch):
     beside, cached = verdicts.Memory("gs://bucket/data", "k", str(tmp_path))._places()
     assert beside == f"gs://bucket/data/{verdicts.MEMORY_FILE}"
