@@ -179,10 +179,10 @@ def test_prune_killed_mid_delete_leaves_no_half_checkpoint(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _KILLED_PRUNER, str(tmp_path)], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    # Every name list_checkpoints matches is a whole checkpoint; the half-deleted one was
-    # renamed aside before its files went.
+    # Every name list_checkpoints matches is a whole checkpoint (with its COMMIT marker,
+    # issue 42); the half-deleted one was renamed aside before its files went.
     for _, path in checkpoint.list_checkpoints(str(tmp_path)):
-        assert sorted(os.listdir(path)) == ["meta.json", "state.npz"], path
+        assert sorted(os.listdir(path)) == ["COMMIT", "meta.json", "state.npz"], path
     assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path))] == [30, 20]
     checkpoint.save(str(tmp_path), 40, _arrays(40), CONFIG, keep=2)  # cleans the leftover
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000030", "ckpt-000000040"]
