@@ -15,8 +15,8 @@ rate's multiplier and warmup: a relaunch on another number of ranks continues fr
 
 Only checkpoints this code can read are counted toward --keep_checkpoints or deleted;
 a removal cut short never leaves half a checkpoint that counts. One job writes a
-directory: the chief holds the writer lock (writer_lock.py) for the whole run, and a
-second job is refused naming the first.
+directory: the chief holds the writer lock (writer_lock.py: an flock on local disks, a
+lease elsewhere) for the whole run, and a second job is refused naming the first.
 """
 import dataclasses
 import errno
@@ -308,8 +308,8 @@ class Checkpointer:
         return list(gather_rows(self.backend, values)[0])  # the chief's row
 
     def _hold_lock(self):
-        if self._lock is None:
-            self._lock = acquire_writer_lock(self.directory)
+        # Each call (the restore, every save) also confirms a lease is still this job's.
+        self._lock = acquire_writer_lock(self.directory)
 
     def close(self):
         """Releases the writer lock (process exit releases it too)."""

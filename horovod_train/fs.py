@@ -259,6 +259,7 @@ def write_stream(path: str, write) -> Written:
         if gfile.exists(path):
             gfile.remove(path)  # ram:// appends to an existing file instead of replacing it
         with gfile.GFile(path, "wb") as f:
+            f.write(b"")  # a GFile creates its file at the first write: so an empty one too
             counted = _Counted(f)
             write(counted)
     return Written(counted.size, counted.crc32)
