@@ -95,8 +95,9 @@ def load(args) -> dict:
     """tfrecord.load and the first rank's read plan per worker count, as a launch pays
     them (TensorFlow already imported); then its parts again, each alone."""
     from horovod_train import config as cfg
+    from horovod_train import fs
     from horovod_train.data import schema as schema_lib
-    from horovod_train.data import fs, sharding, tfrecord, verdicts
+    from horovod_train.data import sharding, tfrecord, verdicts
     config = cfg.DataConfig(dataset="tfrecord", data_dir=args.path, verify_data=args.verify)
     source, load_s = _timed(tfrecord.load, config)
     plans = {}

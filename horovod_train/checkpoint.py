@@ -1,35 +1,35 @@
-"""Checkpoints: the chief writes, atomically; every rank restores, then rank 0's copy
+"""Checkpoints: the chief writes, and commits; every rank restores, then rank 0's copy
 is broadcast.
 
 A checkpoint is a directory `ckpt-<step>` holding `state.npz` (every model, optimizer
-and loss-scale variable, each under its name) and `meta.json` (step, format, the names
-in order, the config that shapes the state and the data order); checkpoint_format.py
-says how arrays are named and checked. It is written under a temporary name and
-renamed when complete, so a crash mid-write leaves the previous checkpoint intact and
-no half-written one that looks valid. The input order is a pure function of (seed,
-epoch), so the data position is (epoch, examples into it), recorded in meta.json with
-the learning rate's multiplier and warmup: a relaunch on another number of ranks
-continues from them (resume.py), with the global batch the checkpoint recorded.
+and loss-scale variable, each under its name), `meta.json` (step, format, the names
+in order, the config that shapes the state and the data order) and `COMMIT`, a marker
+written last; checkpoint_format.py says how arrays are named and checked, and
+checkpoint_commit.py when a directory counts: only a committed one is loaded or counted,
+so a crash mid-write leaves the previous checkpoint intact and no half-written one that
+looks valid, on a local disk (written aside, then renamed) and on object stores alike
+(gs://, s3://: through fs.py). The input order is a pure function of (seed, epoch), so
+the data position is (epoch, examples into it), recorded in meta.json with the learning
+rate's multiplier and warmup: a relaunch on another number of ranks continues from them
+(resume.py), with the global batch the checkpoint recorded.
 
 Only checkpoints this code can read are counted toward --keep_checkpoints or deleted;
-a deleted one is renamed aside first, so an interrupted prune never leaves a
-half-deleted `ckpt-*`. One job writes a directory: the chief holds an flock on
-`.writer.lock` for the whole run, and a second job is refused naming the first.
+a removal cut short never leaves half a checkpoint that counts. One job writes a
+directory: the chief holds the writer lock (writer_lock.py: an flock on local disks, a
+lease elsewhere) for the whole run, and a second job is refused naming the first.
 """
 import dataclasses
 import errno
 import json
 import os
-import re
-import shutil
-import tempfile
 import time
 import zipfile
 
 import numpy as np
 from absl import logging
 
-from horovod_train import filemode
+from horovod_train import checkpoint_commit as commit
+from horovod_train import fs
 from horovod_train.checkpoint_format import (FORMAT, check_format, check_names, check_shapes,
                                              is_positional, state_names, stored_keys,
                                              write_arrays)
@@ -38,9 +38,6 @@ from horovod_train.errors import UsageError
 from horovod_train.writer_lock import (ForeignWriter, acquire_writer_lock, foreign_writer,
                                        release_writer_lock)
 
-_NAME = re.compile(r"^ckpt-(\d{9})$")
-# Names list_checkpoints never matches: a write not yet committed, a prune under way.
-_PARTIAL, _PRUNING = ".partial-ckpt-", ".pruning-"
 # Config fields that change the shape of the state or the data order: a checkpoint made
 # with other values cannot be continued exactly.
 _MUST_MATCH = ("model", "data.dataset", "runtime.seed", "speed.precision", "optim.optimizer")
@@ -82,19 +79,19 @@ def training_state(model, optimizer, loss_scale) -> list:
 
 
 def list_checkpoints(directory: str) -> list[tuple[int, str]]:
-    """(step, path) of committed checkpoints, newest first (readable or not)."""
-    if not os.path.isdir(directory):
+    """(step, path) of every directory named like a checkpoint, newest first, committed
+    or not: commit.inspect says which count."""
+    if not fs.isdir(directory):
         return []
-    found = [(int(m.group(1)), os.path.join(directory, name))
-             for name in os.listdir(directory) if (m := _NAME.match(name))]
+    found = [(step, os.path.join(directory, name)) for name in fs.listdir(directory)
+             if (step := commit.step_of(name)) is not None]
     return sorted(found, reverse=True)
 
 
 def read_meta(path: str) -> dict:
     """A checkpoint's meta.json; ValueError naming the defect when it is not the object
     save() writes (so callers skip it like any other unreadable checkpoint)."""
-    with open(os.path.join(path, "meta.json")) as f:
-        meta = json.load(f)
+    meta = json.loads(fs.read_bytes(os.path.join(path, commit.META)))
     if not isinstance(meta, dict):
         raise ValueError(f"meta.json holds a JSON {type(meta).__name__}, not an object")
     for key, kind in (("step", int), ("num_variables", int), ("fingerprint", dict)):
@@ -105,13 +102,17 @@ def read_meta(path: str) -> dict:
     return meta
 
 
-def _unreadable(path: str) -> str | None:
-    """Why prune must not count this checkpoint, or None. Cheap: the arrays are not read."""
+def _unreadable(path: str, verdict: commit.Verdict | None = None) -> str | None:
+    """Why this checkpoint must not be counted or tried, or None (uncommitted: unreadable).
+    Cheap: the arrays are not read. `verdict`: commit.inspect's, when the caller has it."""
+    why_not = (verdict or commit.inspect(path)).why_not
+    if why_not:
+        return why_not
     try:
         read_meta(path)
     except (OSError, ValueError) as err:
         return str(err)
-    return None if os.path.isfile(os.path.join(path, "state.npz")) else "no state.npz"
+    return None if fs.isfile(os.path.join(path, commit.STATE)) else "no state.npz"
 
 
 def save(directory: str, step: int, variables, config, keep: int, facts: dict | None = None,
@@ -119,42 +120,27 @@ def save(directory: str, step: int, variables, config, keep: int, facts: dict | 
     """Chief only. Raises UsageError (after cleaning up) when the disk refuses. `record`:
     more of the run's state for meta.json (the learning-rate schedule, the position)."""
     names = state_names(variables)  # before any write: a refusal leaves nothing behind
-    final = os.path.join(directory, f"ckpt-{step:09d}")
+    # num_variables stays: older versions check it, then skip this checkpoint as
+    # unreadable (no v00000) rather than misread it.
+    meta = {"format": FORMAT, "step": step, "num_variables": len(names),
+            "names": names, "fingerprint": fingerprint(config, facts), **(record or {})}
     try:
-        os.makedirs(directory, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=_PARTIAL, dir=directory)
+        final = commit.write(directory, step, meta, lambda f: write_arrays(f, names, variables))
     except OSError as err:
-        raise _write_error(directory, err) from None
-    try:
-        os.chmod(tmp, filemode.new_dir_mode())  # mkdtemp's 0700 would outlive the rename
-        with open(os.path.join(tmp, "state.npz"), "wb") as f:
-            write_arrays(f, names, variables)
-            f.flush()
-            os.fsync(f.fileno())
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            # num_variables stays: older versions check it, then skip this checkpoint as
-            # unreadable (no v00000) rather than misread it.
-            json.dump({"format": FORMAT, "step": step, "num_variables": len(names),
-                       "names": names, "fingerprint": fingerprint(config, facts),
-                       **(record or {})}, f, indent=2)
-        if os.path.exists(final):
-            _remove(final)
-        os.rename(tmp, final)  # the commit point
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(directory, err) from None
     _prune(directory, keep, final)
     return final
 
 
 def _write_error(directory, err) -> UsageError:
-    if err.errno == errno.ENOENT:  # our own temporary dir is gone: someone else deleted it
+    reason = err.strerror or str(err)  # a URL's error has TensorFlow's message, no strerror
+    if err.errno == errno.ENOENT:  # what we were writing is gone: someone else deleted it
         return UsageError(f"--checkpoint_dir: the checkpoint being written in {directory!r} "
-                          f"vanished mid-write ({err.filename}: {err.strerror}); expected this "
+                          f"vanished mid-write ({err.filename}: {reason}); expected this "
                           f"job to be the only one writing there. Fix: give each job its own "
                           f"--checkpoint_dir, and clean it only while no job runs")
     return UsageError(f"--checkpoint_dir: cannot write a checkpoint in {directory!r} "
-                      f"({err.strerror}); expected a writable directory with free space. "
+                      f"({reason}); expected a writable directory with free space. "
                       f"Fix: free space or point --checkpoint_dir elsewhere; earlier "
                       f"checkpoints there are untouched")
 
@@ -165,11 +151,17 @@ _WARNED = set()  # unreadable dirs already named: one warning each, not one per 
 def _prune(directory: str, keep: int, written: str):
     """Keeps `written` and the newest keep-1 other readable checkpoints; the rest go.
 
-    Unreadable ones are neither counted nor deleted: they may be another version's,
-    or a user's, and counting them would delete the good ones instead."""
+    Unreadable and uncommitted ones are neither counted nor deleted: they may be another
+    version's, or a user's, and counting them would delete the good ones instead. The
+    exception: what a write or removal of this code left cut short (commit.inspect's
+    leftover), which is deleted, as the writer lock makes this process the only writer."""
     readable, unreadable = [], []
     for _, path in list_checkpoints(directory):
-        reason = _unreadable(path)
+        verdict = commit.inspect(path)
+        if verdict.leftover and path != written:
+            _remove(path)
+            continue
+        reason = _unreadable(path, verdict)
         (unreadable if reason else readable).append((path, reason))
     new = [f"{path} ({reason})" for path, reason in unreadable if path not in _WARNED]
     if new:
@@ -179,35 +171,29 @@ def _prune(directory: str, keep: int, written: str):
     others = [path for path, _ in readable if path != written]
     for path in others[max(keep - 1, 0):]:
         _remove(path)
-    # Leftovers of a writer or pruner killed mid-way: never valid. Safe to delete, as
-    # the writer lock makes this process the directory's only writer.
-    for name in os.listdir(directory):
-        if name.startswith((_PARTIAL, _PRUNING)):
-            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    commit.clean_aside(directory)
 
 
 def _remove(path: str):
-    """Renames aside, then deletes: killed half-way, it leaves a dot-name that
-    list_checkpoints never matches (cleaned by the next prune), not a half checkpoint."""
-    aside = os.path.join(os.path.dirname(path), _PRUNING + os.path.basename(path))
-    shutil.rmtree(aside, ignore_errors=True)  # a leftover of an earlier interrupted prune
     try:
-        os.rename(path, aside)
+        commit.remove(path)
     except OSError as err:
-        return logging.warning("checkpoint | could not prune %s (%s); left in place", path, err)
-    shutil.rmtree(aside, ignore_errors=True)
+        logging.warning("checkpoint | could not prune %s (%s); left in place", path, err)
 
 
 def load_latest(directory: str, config, variables, facts: dict | None = None):
-    """(step, arrays for `variables`) of the newest loadable checkpoint, or None. A corrupt
-    one is skipped with a warning naming it; one from another config, data or world size,
-    or holding other variables (names, shapes), is refused with what differs (continuing
-    it would silently train something else)."""
+    """(step, arrays for `variables`) of the newest loadable checkpoint, or None. An
+    uncommitted or corrupt one is skipped with a warning naming it; one from another
+    config, data or world size, or holding other variables (names, shapes), is refused
+    with what differs (continuing it would silently train something else)."""
     names = state_names(variables)
     for step, path in list_checkpoints(directory):
         try:
+            why = commit.inspect(path).why_not
+            if why:
+                raise ValueError(why)
             meta = read_meta(path)
-            with np.load(os.path.join(path, "state.npz")) as data:
+            with fs.reading(os.path.join(path, commit.STATE)) as f, np.load(f) as data:
                 arrays = [data[key] for key in stored_keys(meta)]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             logging.warning("checkpoint | %s is unreadable (%s); trying the previous one", path, err)
@@ -322,8 +308,8 @@ class Checkpointer:
         return list(gather_rows(self.backend, values)[0])  # the chief's row
 
     def _hold_lock(self):
-        if self._lock is None:
-            self._lock = acquire_writer_lock(self.directory)
+        # Each call (the restore, every save) also confirms a lease is still this job's.
+        self._lock = acquire_writer_lock(self.directory)
 
     def close(self):
         """Releases the writer lock (process exit releases it too)."""
@@ -365,7 +351,7 @@ class Checkpointer:
         return found, None, [found[0], _FINE, epoch, examples]
 
     def _path(self, step: int) -> str:
-        return os.path.join(self.directory, f"ckpt-{step:09d}")
+        return os.path.join(self.directory, commit.name(step))
 
     def _refusal(self, kind: int) -> UsageError:
         if kind == _FOREIGN:

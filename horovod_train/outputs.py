@@ -6,8 +6,9 @@ used: directories are created and a probe file is written and removed; for file
 outputs, the same in the file's directory.
 """
 import os
-import tempfile
+import uuid
 
+from horovod_train import fs
 from horovod_train.errors import usage_error
 
 
@@ -36,8 +37,10 @@ def check_writable(config) -> None:
 
 
 def _blocking_file(directory: str) -> str | None:
-    """The existing non-directory on the way to `directory`, if that is what fails."""
-    path = os.path.abspath(directory)
+    """The existing non-directory on the way to a local `directory`, if that is what fails."""
+    if not fs.is_local(directory):
+        return None  # a URL's filesystem names its own refusal
+    path = os.path.abspath(fs.local_path(directory))
     while not os.path.exists(path):
         path = os.path.dirname(path)
     return None if os.path.isdir(path) else path
@@ -48,13 +51,13 @@ def _probe(flag: str, given: str, directory: str) -> None:
     if blocking is not None:
         raise usage_error(flag, given, f"a path whose parents are directories ({blocking} is "
                           f"a file)", f"point {flag} at a directory path")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
+    try:  # through fs: a --checkpoint_dir may be a URL (gs://...)
+        fs.makedirs(directory)
+        probe = os.path.join(directory, f".write-probe-{uuid.uuid4().hex[:8]}")
+        fs.write_stream(probe, lambda f: None)
+        fs.remove(probe)
     except OSError as err:
-        reason = err.strerror or type(err).__name__
+        reason = err.strerror or str(err) or type(err).__name__
         raise usage_error(flag, given, f"a directory this process can create and write into "
                           f"({directory}: {reason})",
                           f"fix the path or its permissions, or point {flag} elsewhere") from None

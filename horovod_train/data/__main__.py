@@ -62,8 +62,8 @@ def _verify(args) -> None:
     import json
     import os
     from horovod_train import config as cfg
-    from horovod_train import data
-    from horovod_train.data import fs, verdicts
+    from horovod_train import data, fs
+    from horovod_train.data import verdicts
     from horovod_train.data import schema as schema_lib
     meta_path = os.path.join(args.data_dir, schema_lib.METADATA)
     fmt = "tfrecord"  # without dataset.json, the tfrecord source reports what is missing

@@ -16,7 +16,8 @@ import os
 
 import numpy as np
 
-from horovod_train.data import fs, options, writers
+from horovod_train import fs
+from horovod_train.data import options, writers
 from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 

@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from horovod_train.data import decode, fs, pipeline, sharding, verify, writers
+from horovod_train import fs
+from horovod_train.data import decode, pipeline, sharding, verify, writers
 from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 

@@ -6,7 +6,7 @@ before TensorFlow is imported.
 """
 import os
 
-from horovod_train.data import fs
+from horovod_train import fs
 from horovod_train.errors import usage_error
 
 NEEDS_DATA_DIR = ("tfrecord", "lmdb")

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import os
 
-from horovod_train.data import fs
+from horovod_train import fs
 from horovod_train.errors import UsageError, usage_error
 
 METADATA = "dataset.json"

@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from horovod_train.data import decode, fs, pipeline, sharding, verdicts, verify
+from horovod_train import fs
+from horovod_train.data import decode, pipeline, sharding, verdicts, verify
 from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 

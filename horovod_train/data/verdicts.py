@@ -26,7 +26,7 @@ import time
 
 from absl import logging
 
-from horovod_train.data import fs
+from horovod_train import fs
 
 MEMORY_FILE = ".horovod_train-verified.json"
 MEMORY_VERSION = 1

@@ -10,7 +10,7 @@ import time
 
 import lmdb
 
-from horovod_train.data import fs
+from horovod_train import fs
 from horovod_train.data import schema as schema_lib
 
 LMDB_KEY_DIGITS = 10  # zero-padded ordinals sort in record order

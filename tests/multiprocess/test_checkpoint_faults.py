@@ -1,17 +1,24 @@
 """Checkpoint directories under real processes (issue 17): prune keeps the readable
 checkpoints, a second job on the same directory is refused while the first finishes
-intact, and a resume whose global batch this launch cannot keep is refused by every
-rank, then continued when the change is allowed (test_resume_resized.py: the kept ones)."""
+intact, a resume whose global batch this launch cannot keep is refused by every rank,
+then continued when the change is allowed (test_resume_resized.py: the kept ones), and
+(issue 42) a chief SIGKILLed while it writes on a filesystem without atomic rename
+leaves only whole checkpoints, the newest of which its relaunch resumes from."""
 import json
 import os
+import re
 import signal
 import time
 
+import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import child_env, run_cli
+from horovod_train import checkpoint, fs
+from horovod_train import checkpoint_commit as commit
 from ranks import TRAIN, horovodrun, start_job
 
+WHOLE = ["COMMIT", "meta.json", "state.npz"]  # a committed checkpoint's files (issue 42)
 SMALL = ["--backend=local", "--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10",
          "--checkpoint_every=10"]
 
@@ -49,8 +56,7 @@ def test_prune_keeps_the_readable_checkpoints_next_to_garbage(tmp_path):
     assert _ckpts(ck) == ["ckpt-000000020", "ckpt-000000030",
                           "ckpt-000000800", "ckpt-000000900"]
     assert (ck / "ckpt-000000900" / "meta.json").read_text() == "x\n"
-    assert all(sorted(os.listdir(ck / n)) == ["meta.json", "state.npz"]
-               for n in ("ckpt-000000020", "ckpt-000000030"))
+    assert all(sorted(os.listdir(ck / n)) == WHOLE for n in ("ckpt-000000020", "ckpt-000000030"))
     assert not [n for n in os.listdir(ck) if n.startswith((".partial", ".pruning"))]
     warned = [line for line in proc.stderr.splitlines() if "--keep_checkpoints" in line]
     assert len(warned) == 1 and "ckpt-000000900" in warned[0] and "ckpt-000000800" in warned[0]
@@ -82,7 +88,7 @@ def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path
     assert first.returncode == 0, out[-3000:]
     assert "free space" not in out and "done  | steps 100" in out
     assert _ckpts(ck) == ["ckpt-000000090", "ckpt-000000100"]
-    assert all(sorted(os.listdir(ck / n)) == ["meta.json", "state.npz"] for n in _ckpts(ck))
+    assert all(sorted(os.listdir(ck / n)) == WHOLE for n in _ckpts(ck))
 
 
 def test_a_global_batch_that_cannot_be_kept_is_refused_by_every_rank_unless_allowed(tmp_path):
@@ -116,3 +122,50 @@ def test_a_global_batch_that_cannot_be_kept_is_refused_by_every_rank_unless_allo
         "learning rate x2 (linear in the global batch), warmup not repeated" in resumed["change"]
     with open(ck / "ckpt-000000040" / "meta.json") as f:
         assert json.load(f)["lr_schedule"]["scale"] == 2.0  # 1 x 64/32: the new global batch
+
+
+def _marked(directory) -> list[str]:
+    return [n for n in _ckpts(directory) if os.path.exists(directory / n / commit.MARKER)]
+
+
+def _wait(condition, job, timeout: float, poll: float):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert job.poll() is None, f"the job ended ({job.returncode}) first"
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        time.sleep(poll)
+
+
+def test_a_chief_killed_mid_write_without_atomic_rename_leaves_whole_checkpoints(
+        tmp_path, monkeypatch):
+    """One process, a checkpoint every step, local paths counted as not renaming atomically
+    (as gs:// or s3://: files under the final name, COMMIT last), killed once it has
+    committed a few, the moment a write is seen under way: mostly mid-write, at whichever
+    point (each point of a write is killed for sure in tests/unit/test_checkpoint_commit.py)."""
+    monkeypatch.setenv(fs.NO_ATOMIC_RENAME_ENV, "1")  # this process reads as the job wrote
+    ck = tmp_path / "CK"
+    ck.mkdir()
+    args = TRAIN + SMALL + ["--checkpoint_every=1", "--keep_checkpoints=3", f"--checkpoint_dir={ck}"]
+    job = start_job(args + ["--epochs=1000", "--max_steps=100000"], "ckpt-non-atomic")
+    try:
+        _wait(lambda: any(commit.step_of(n) >= 5 for n in _marked(ck)), job, 300, 0.01)
+        _wait(lambda: _marked(ck) != _ckpts(ck), job, 60, 0.001)  # a write (or prune) under way
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+    committed = []
+    for step, path in checkpoint.list_checkpoints(str(ck)):
+        if commit.inspect(path).why_not is None:
+            with np.load(os.path.join(path, commit.STATE)) as state:  # each array's CRC-32
+                assert all(np.all(np.isfinite(state[name])) for name in state.files)
+            committed.append(step)
+    assert committed and committed[0] >= 5, sorted(os.listdir(ck))
+    cut = {n: sorted(os.listdir(ck / n)) for n in _ckpts(ck) if commit.step_of(n) not in committed}
+    print(f"\n[fault figures] chief killed after step {committed[0]}'s commit; cut short: {cut}")
+    done = run_cli(args + [f"--max_steps={committed[0] + 3}"], timeout=300,
+                   env=child_env(**{fs.NO_ATOMIC_RENAME_ENV: "1"}))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(rf"resumed from step {committed[0]}\b", done.stderr), done.stderr[-3000:]
+    assert _ckpts(ck) == [commit.name(committed[0] + n) for n in (1, 2, 3)]
+    assert all(sorted(os.listdir(ck / n)) == WHOLE for n in _ckpts(ck))

@@ -1,4 +1,6 @@
 """Fixtures of the tf tier."""
+import uuid
+
 import pytest
 
 
@@ -10,3 +12,13 @@ def joined():
     horovod_api.init()
     yield
     state.reset()
+
+
+@pytest.fixture
+def ram():
+    """A fresh ram:// root of this test's own (ram:// is shared by the whole process)."""
+    import tensorflow as tf
+    root = f"ram://t{uuid.uuid4().hex[:12]}"
+    tf.io.gfile.makedirs(root)
+    yield root
+    tf.io.gfile.rmtree(root)

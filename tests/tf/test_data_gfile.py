@@ -6,7 +6,6 @@ there too), and LMDB refused for it. The TF-free half: tests/unit/test_data_fs.p
 import io
 import json
 import math
-import uuid
 
 import numpy as np
 import pytest
@@ -15,18 +14,10 @@ tf = pytest.importorskip("tensorflow")
 
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import loop  # noqa: E402
-from horovod_train.data import fs, sources, tfrecord, verdicts  # noqa: E402
+from horovod_train import fs  # noqa: E402
+from horovod_train.data import sources, tfrecord, verdicts  # noqa: E402
 from horovod_train.data.__main__ import main as data_cli  # noqa: E402
 from horovod_train.errors import UsageError  # noqa: E402
-
-
-@pytest.fixture
-def ram():
-    """A fresh ram:// root of this test's own (ram:// is shared by the whole process)."""
-    root = f"ram://t{uuid.uuid4().hex[:12]}"
-    tf.io.gfile.makedirs(root)
-    yield root
-    tf.io.gfile.rmtree(root)
 
 
 def _put(path: str, data: bytes):

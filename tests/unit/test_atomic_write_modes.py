@@ -53,5 +53,5 @@ def test_summary_and_weights_get_the_umask_mode(umask, tmp_path):
 def test_a_checkpoint_dir_and_its_files_get_the_umask_mode(umask, tmp_path):
     path = checkpoint.save(str(tmp_path / "ck"), 5, [np.arange(3.0)], cfg.RunConfig(), keep=2)
     assert _mode(path) == 0o777 & ~umask
-    for name in ("state.npz", "meta.json"):
+    for name in ("state.npz", "meta.json", "COMMIT"):
         assert _mode(os.path.join(path, name)) == 0o666 & ~umask

@@ -1,10 +1,12 @@
 """Checkpoint files: atomic writes, keep-N, corrupt and foreign checkpoints. No TF needed:
 the writer takes any array-likes, so numpy arrays stand in for variables."""
+import errno
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -179,10 +181,10 @@ def test_prune_killed_mid_delete_leaves_no_half_checkpoint(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _KILLED_PRUNER, str(tmp_path)], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    # Every name list_checkpoints matches is a whole checkpoint; the half-deleted one was
-    # renamed aside before its files went.
+    # Every name list_checkpoints matches is a whole checkpoint (with its COMMIT marker,
+    # issue 42); the half-deleted one was renamed aside before its files went.
     for _, path in checkpoint.list_checkpoints(str(tmp_path)):
-        assert sorted(os.listdir(path)) == ["meta.json", "state.npz"], path
+        assert sorted(os.listdir(path)) == ["COMMIT", "meta.json", "state.npz"], path
     assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path))] == [30, 20]
     checkpoint.save(str(tmp_path), 40, _arrays(40), CONFIG, keep=2)  # cleans the leftover
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000030", "ckpt-000000040"]
@@ -414,6 +416,21 @@ def test_the_lock_is_released_on_close_and_at_exit(tmp_path):
                     "writer_lock.acquire_writer_lock(sys.argv[1])", str(tmp_path)],
                    cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
     assert os.listdir(tmp_path) == []  # an exit without close releases it too
+
+
+def test_where_flock_is_refused_a_lease_guards_the_directory(tmp_path, monkeypatch):
+    def no_flock(handle, flags):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))  # some NFS mounts
+    monkeypatch.setattr(writer_lock.fcntl, "flock", no_flock)
+    (tmp_path / writer_lock.LEASE_NAME).write_text(json.dumps(
+        {"pid": 4242, "host": "other-host", "token": "theirs", "renewed": time.time()}))
+    with pytest.raises(UsageError, match=r"\(pid 4242, on other-host; its lease .* was renewed"):
+        writer_lock.acquire_writer_lock(str(tmp_path))
+    os.remove(tmp_path / writer_lock.LEASE_NAME)
+    key = writer_lock.acquire_writer_lock(str(tmp_path))
+    assert json.loads((tmp_path / writer_lock.LEASE_NAME).read_text())["pid"] == os.getpid()
+    writer_lock.release_writer_lock(key)
+    assert os.listdir(tmp_path) == [writer_lock.LOCK_NAME]  # the lease gone, the flock file empty
 
 
 def test_a_vanished_temp_dir_is_not_called_a_full_disk(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Issue 41 item 5, the TF-free half: data/fs.py's local side and its rule (a URL goes
+"""Issue 41 item 5, the TF-free half: fs.py's local side and its rule (a URL goes
 to tf.io.gfile, a local path to os), the local-only sources refused for a URL before
 TensorFlow loads, and the verification memory keyed by a URL as given. The URL side on
 TensorFlow's ram:// filesystem: tests/tf/test_data_gfile.py."""
@@ -11,7 +11,8 @@ import pytest
 
 from helpers import ROOT
 from horovod_train import config as cfg
-from horovod_train.data import convert, fs, verdicts
+from horovod_train import fs
+from horovod_train.data import convert, verdicts
 from horovod_train.errors import UsageError
 
 
@@ -68,6 +69,34 @@ def test_an_atomic_write_replaces_whole_leaves_nothing_aside_and_takes_the_umask
         assert sorted(os.listdir(tmp_path)) == ["blocked", "dataset.json"]  # no partial file
     finally:
         os.umask(old)
+
+
+@pytest.mark.parametrize("path, atomic", [
+    ("/ck", True), ("file:///ck", True), ("hdfs://nn/ck", True), ("gs://b/ck", False),
+    ("s3://b/ck", False), ("ram://ck", False), ("az://c/ck", False)])
+def test_which_filesystems_rename_atomically_and_the_test_switch(path, atomic, monkeypatch):
+    assert fs.renames_atomically(path) is atomic
+    monkeypatch.setenv(fs.NO_ATOMIC_RENAME_ENV, "1")  # local paths only
+    assert fs.renames_atomically(path) is (atomic and not fs.is_local(path))
+    monkeypatch.setenv(fs.NO_ATOMIC_RENAME_ENV, "0")
+    assert fs.renames_atomically(path) is atomic
+
+
+def test_a_stream_write_counts_size_and_crc_replaces_and_takes_the_umask(tmp_path):
+    import zlib
+    old = os.umask(0o027)
+    try:
+        path = str(tmp_path / "f.bin")
+        fs.write_stream(path, lambda f: f.write(b"a longer first version"))
+        written = fs.write_stream(path, lambda f: [f.write(b"ab"), f.write(memoryview(b"cd"))])
+        assert written == fs.Written(4, zlib.crc32(b"abcd")) and fs.read_bytes(path) == b"abcd"
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    finally:
+        os.umask(old)
+    fs.rename(path, str(tmp_path / "g.bin"))
+    assert os.listdir(tmp_path) == ["g.bin"]
+    with fs.reading(str(tmp_path / "g.bin")) as f:
+        assert f.seekable() and f.read() == b"abcd"
 
 
 def test_the_verification_memory_of_a_url_is_keyed_by_the_url_as_given(tmp_path, monkeypatch):

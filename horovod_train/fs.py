@@ -1,6 +1,6 @@
-"""The one place where data paths touch a filesystem. TF-free at import.
+"""The one place where paths touch a filesystem: data, and checkpoints. TF-free at import.
 
-A data path is a local path (`/data/x`, `data/x`, `file:///data/x`) or a URL of a
+A path is a local path (`/data/x`, `data/x`, `file:///data/x`) or a URL of a
 filesystem TensorFlow has registered: `gs://` and `ram://` come with it; `s3://` and
 `hdfs://` with tensorflow-io, which _gfile imports for a scheme TensorFlow lacks.
 
@@ -17,6 +17,16 @@ TensorFlow is imported on the first URL, never at import.
 
 Errors: every call raises OSError (FileNotFoundError for a missing path), whichever
 side served it, so callers handle one kind; a URL's OSError carries TensorFlow's message.
+
+Renaming (`renames_atomically`, the rule in one place): a local disk renames a directory
+in one step (POSIX rename), and so does HDFS; on object stores (gs://, s3://) a
+"rename" copies object by object, TensorFlow's ram:// renames a directory without its
+files, and a filesystem this module does not know is treated the same: not atomic.
+Checkpoints (checkpoint_commit.py) commit by rename only where it is atomic. For tests
+only, the environment variable HOROVOD_TRAIN_TEST_NO_ATOMIC_RENAME=1 makes local paths
+count as not atomic too, so that the object-store path can be killed mid-write in a real
+child process (ram:// dies with its process); whoever reads such a directory must set it
+too.
 """
 import contextlib
 import dataclasses
@@ -32,6 +42,8 @@ from horovod_train import filemode
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 LOCAL_SCHEMES = ("", "file")
+ATOMIC_RENAME_SCHEMES = LOCAL_SCHEMES + ("hdfs",)
+NO_ATOMIC_RENAME_ENV = "HOROVOD_TRAIN_TEST_NO_ATOMIC_RENAME"  # tests only: see above
 CHUNK = 1 << 20  # bytes per read when checksumming
 ACCESS_FIX = "fix the path, or the credentials and access of its filesystem"
 
@@ -40,6 +52,12 @@ ACCESS_FIX = "fix the path, or the credentials and access of its filesystem"
 class Stat:
     size: int  # bytes
     mtime_ns: int  # 0 when the filesystem keeps no modification time (TF's ram://)
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    size: int  # bytes
+    crc32: int
 
 
 def scheme(path: str) -> str:
@@ -61,6 +79,13 @@ def local_path(path: str) -> str:
 def absolute(path: str) -> str:
     """An absolute local path, or the URL as given (a URL has no working directory)."""
     return os.path.abspath(local_path(path)) if is_local(path) else path
+
+
+def renames_atomically(path: str) -> bool:
+    """Whether renaming a directory at `path` is one atomic step (see the module's doc)."""
+    if is_local(path) and os.environ.get(NO_ATOMIC_RENAME_ENV, "0") not in ("", "0"):
+        return False
+    return scheme(path) in ATOMIC_RENAME_SCHEMES
 
 
 def _gfile(path: str):
@@ -175,6 +200,19 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+@contextlib.contextmanager
+def reading(path: str):
+    """The file open for binary reads (seekable: np.load and zipfile need it); a URL's
+    filesystem errors, at the open or at any read inside the block, come out as OSError."""
+    gfile = _gfile(path)
+    if gfile is None:
+        with open(local_path(path), "rb") as f:
+            yield f
+        return
+    with _as_oserror(path), gfile.GFile(path, "rb") as f:
+        yield f
+
+
 def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
@@ -190,6 +228,63 @@ def remove(path: str) -> None:
 
 def rmtree(path: str) -> None:
     _call(path, shutil.rmtree, "rmtree")
+
+
+def rename(src: str, dst: str) -> None:
+    """Renames a file or directory; `dst` must not exist. Atomic only where
+    renames_atomically(dst) says so."""
+    gfile = _gfile(dst)
+    if gfile is None:
+        os.rename(local_path(src), local_path(dst))
+        return
+    with _as_oserror(src):
+        gfile.rename(src, dst, overwrite=False)
+
+
+def write_stream(path: str, write) -> Written:
+    """Creates the file at `path` (replacing one there) with what `write(stream)` writes
+    into the stream it is given; returns the size and CRC-32 of what it wrote. A local
+    file is on disk (fsync) when this returns. A failure raises OSError and may leave
+    part of the file: where that must never be taken for the whole one, the caller
+    writes where it does not count yet (checkpoint_commit.py)."""
+    gfile = _gfile(path)
+    if gfile is None:
+        with open(local_path(path), "wb") as f:
+            counted = _Counted(f)
+            write(counted)
+            f.flush()
+            os.fsync(f.fileno())
+        return Written(counted.size, counted.crc32)
+    with _as_oserror(path):
+        if gfile.exists(path):
+            gfile.remove(path)  # ram:// appends to an existing file instead of replacing it
+        with gfile.GFile(path, "wb") as f:
+            f.write(b"")  # a GFile creates its file at the first write: so an empty one too
+            counted = _Counted(f)
+            write(counted)
+    return Written(counted.size, counted.crc32)
+
+
+class _Counted:
+    """A write-only stream over a file, counting the bytes and their CRC-32 on the way.
+    It cannot seek, on purpose: zipfile then streams (a data descriptor after each
+    member) instead of seeking back to patch a header, which a URL's file cannot do
+    (TF's ram:// cannot even tell its position)."""
+
+    def __init__(self, f):
+        self._f, self.size, self.crc32 = f, 0, 0
+
+    def write(self, data) -> int:
+        self._f.write(data)
+        size = memoryview(data).nbytes  # zipfile may pass a memoryview of an array
+        self.size, self.crc32 = self.size + size, zlib.crc32(data, self.crc32)
+        return size
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._f.flush()
 
 
 def write_atomic(path: str, data: bytes) -> None:
