@@ -263,8 +263,10 @@ def tape_overhead(r: dict) -> str:
 
 def startup(r: dict) -> str:
     """The time to the first step, ours against plain Keras model.fit, by phase."""
+    from horovod_train.startup import KEYS  # TF-free: the phases in the order they run
+
     def phases(p):
-        return ", ".join(f"{k} {v:.2f}" for k, v in p.items() if k != "total")
+        return ", ".join(f"{k} {p[k]:.2f}" for k in KEYS if k in p)
     rows = [[c["case"], f"{min(c['ours_s']):.2f}-{max(c['ours_s']):.2f}",
              f"{min(c['keras_s']):.2f}-{max(c['keras_s']):.2f}", f"{c['ratio']:.3f}",
              phases(c["ours_phases"]), phases(c["keras_phases"]),
