@@ -34,6 +34,7 @@ from absl import logging
 
 from horovod_train import fs
 from horovod_train.errors import UsageError, write_error
+from launch.stacks import alive  # standard library only, like all of launch/
 
 LOCK_NAME, LEASE_NAME = ".writer.lock", ".writer.lease"
 LEASE_RENEW_S, LEASE_STALE_S = 30, 300
@@ -180,19 +181,9 @@ def _takeover(holder: dict) -> str | None:
     age, pid = _age(holder), holder.get("pid")
     if age > LEASE_STALE_S:
         return f"not renewed for {age:.0f} s, more than {LEASE_STALE_S} s"
-    if holder.get("host") == socket.gethostname() and type(pid) is int and not _alive(pid):
+    if holder.get("host") == socket.gethostname() and type(pid) is int and not alive(pid):
         return f"its process {pid} on this host is gone"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process, alive
-        pass
-    return True
 
 
 class _Lease:

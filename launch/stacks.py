@@ -137,13 +137,14 @@ def _ranks(directory: str) -> dict[int, dict]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (someone else's counts: it is alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -178,7 +179,7 @@ def dump_live(request: StacksRequest) -> str:
         if info["host"] != host:
             notes.append(f"rank {rank} runs on {info['host']}: if its run dir is not this one, "
                          f"run this command there")
-        elif not _alive(info["pid"]):
+        elif not alive(info["pid"]):
             notes.append(f"rank {rank} (pid {info['pid']}) is not running")
         elif request.native:
             notes.append(f"rank {rank}: {_native(directory, rank, info['pid'])}")
