@@ -86,8 +86,10 @@ class StackDump:
                 os.unlink(self.path(stale))
         self._file = open(self.path(".txt"), "a", buffering=1)
         faulthandler.register(STACK_SIGNAL, file=self._file, all_threads=True, chain=False)
-        _write_json(self.path(".json"), {"pid": os.getpid(), "host": socket.gethostname(),
-                                         "main_thread": f"0x{threading.main_thread().ident:016x}"})
+        _write_json(self.path(".json"), {
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "slurm_node": os.environ.get("SLURMD_NODENAME"),  # under Slurm, its node's name
+            "main_thread": f"0x{threading.main_thread().ident:016x}"})
         self._thread = threading.Thread(target=self._serve, name="stack-requests", daemon=True)
         self._thread.start()
         return self
