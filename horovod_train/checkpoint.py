@@ -361,12 +361,15 @@ class Checkpointer:
                           f"rank 0's message")
 
     def maybe_save(self, step: int, last: bool = False, position: tuple | None = None):
-        """Saves at the cadence (or `last`); `position`: (epoch, examples into it)."""
+        """Saves at the cadence (or `last`); `position`: (epoch, examples into it, the
+        epoch's layouts as data/layouts.py records them)."""
         if not self.directory or not (last or (self.every and step % self.every == 0)):
             return
         record = {"lr_schedule": self.schedule} if self.schedule else {}
         if position is not None:
-            record["position"] = {"epoch": int(position[0]), "epoch_examples": int(position[1])}
+            layouts = position[2] if len(position) > 2 else []
+            record["position"] = {"epoch": int(position[0]), "epoch_examples": int(position[1]),
+                                  "layouts": list(layouts)}
         def write():
             time.sleep(injected_delay(self.config.runtime.delays(), "checkpoint", 0))
             try:

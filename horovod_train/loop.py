@@ -16,6 +16,8 @@ from horovod_train import backends, checkpoint, console, env, metrics, observe, 
 from horovod_train import resume, schedules, stacks, startup, watchdog
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
+from horovod_train.data import rest
+from horovod_train.data.layouts import Layout, from_record as layouts_from_record
 from horovod_train.errors import UsageError
 from horovod_train.grid import EpochGrid, epoch_grid, step_batch
 from horovod_train.trainer import Trainer
@@ -67,25 +69,36 @@ def _model_for(config, data):
 def _keeper(config, backend, data, state, grid, resumed, heartbeat=None):
     """The state keeper: elastic in-memory commits, or the checkpointer (`heartbeat`
     after each round of the chief's write: the watchdog's, rounds.py). `resumed`:
-    (resume.Resumption, the schedule), which the checkpoints record."""
+    (resume.Resumption, the schedule), which the checkpoints record, and the newest
+    checkpoint's meta (None: none), whose epoch layouts a restore continues."""
     if config.runtime.elastic:
         from horovod_train import elastic
         return elastic.keeper(backend, state, config.runtime.elastic_commit_every)
-    resumption, schedule = resumed
+    resumption, schedule, meta = resumed
     checkpointer = checkpoint.Checkpointer(
         config, backend, state, grid.per_epoch,
         data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes},
         heartbeat=heartbeat, change=resumption.change,
         schedule={"scale": resumption.lr_scale, "warmup_steps": schedule.warmup_steps})
-    return CheckpointKeeper(checkpointer, grid)
+    return CheckpointKeeper(checkpointer, grid, _recorded_layouts(meta, config))
+
+
+def _recorded_layouts(meta, config) -> tuple:
+    """(step, the epoch's layouts) the newest checkpoint records (data/layouts.py)."""
+    written = checkpoint.written_by(meta, config) if meta else None
+    if written is None:
+        return None, ()
+    writer = Layout(written.world_size, written.batch_size * written.accum_steps, 0)
+    return meta["step"], layouts_from_record(meta.get("position"), writer)
 
 
 def _warn_record_order(data, resumption, meta):
-    """A source whose ranks read their own files and records (not by global batch) cannot
-    know, on another number of ranks, which examples of a half-done epoch were trained."""
+    """A source whose ranks read their own files and records (not by global batch) and
+    that cannot replay which ones (data/rest.py) cannot know, on another number of
+    ranks, which examples of a half-done epoch were trained."""
     position = (meta or {}).get("position") or {}
     if not resumption.change or getattr(data, "by_global_batch", False) or \
-            not position.get("epoch_examples"):
+            rest.can_replay(data) or not position.get("epoch_examples"):
         return
     logging.warning(
         "checkpoint | the rest of epoch %d (%d of its %d examples trained before the relaunch) "
@@ -284,7 +297,7 @@ def run(config) -> dict:
     if info.size > 1:  # bounds the checkpointer's waits on peers too
         trainer.watchdog.start()
     keeper = _keeper(config, backend, data, trainer.training_state(), grid,
-                     (resumption, schedule), heartbeat=trainer.watchdog.alive)
+                     (resumption, schedule, meta), heartbeat=trainer.watchdog.alive)
     try:
         record, facts = _train(trainer, keeper)
     except BaseException as err:

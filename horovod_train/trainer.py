@@ -32,7 +32,7 @@ from horovod_train import divergence, evaluation, metrics, observe, stopping, wa
 from horovod_train.startup import StartupClock
 from horovod_train.config import injected_delay
 from horovod_train.checkpoint import training_state
-from horovod_train.data import pipeline
+from horovod_train.data import pipeline, rest
 from horovod_train.trainer_types import Position, RunRecord
 
 
@@ -162,26 +162,24 @@ class Trainer:
         step, the position. Returns the steps of the current epoch already done."""
         if self.backend.info.size != self.grid.world_size:  # a re-formed elastic ring
             self.grid = self.grid.resized(self.backend.info.size)
-        per_epoch, per_step = self.grid.per_epoch, self.grid.examples_per_step
-        epoch, in_epoch = start.epoch, min(start.epoch_examples // per_step, per_epoch)
-        if start.epoch_examples % per_step and in_epoch < per_epoch:  # another global batch
-            logging.info("checkpoint | the position, %d examples into epoch %d, is not a whole "
-                         "number of global batches of %d: the last %d are trained on again",
-                         start.epoch_examples, epoch + 1, per_step,
-                         start.epoch_examples % per_step)
-        if per_epoch and in_epoch == per_epoch:  # a grown ring: epoch done
-            epoch, in_epoch = epoch + 1, 0
-        self.total = self.grid.last_step(start.step, epoch, in_epoch)
+        placed = self.grid.place(start.epoch, start.epoch_examples, start.layouts,
+                                 rest.can_replay(self.data))
+        note = placed.note(self.grid, start.epoch_examples)
+        if note:
+            logging.info("checkpoint | %s", note)
+        self.total = self.grid.last_step(start.step, placed.epoch, placed.in_epoch)
         self.global_step = start.step
-        self.position = Position(start.step, epoch, in_epoch * per_step)
-        return in_epoch
+        self.position = Position(start.step, placed.epoch, placed.examples,
+                                 layouts=placed.earlier)
+        return placed.in_epoch
 
     def _advance(self) -> bool:
         """Moves the position one step on; returns whether that ended an epoch."""
-        per_step, p = self.grid.examples_per_step, self.position
-        examples = p.epoch_examples + per_step
-        done = examples // per_step >= self.grid.per_epoch
-        self.position = Position(self.global_step, p.epoch + done, 0 if done else examples)
+        p = self.position
+        examples = p.epoch_examples + self.grid.examples_per_step
+        done = self.grid.ended(examples)
+        self.position = Position(self.global_step, p.epoch + done, 0 if done else examples,
+                                 layouts=() if done else p.layouts)
         return done
 
     def _epoch_batches(self, in_epoch: int):
@@ -190,10 +188,13 @@ class Trainer:
         opts, epoch, grid = self.options, self.position.epoch, self.grid
         epochs = min(grid.epochs,
                      epoch + -(-(in_epoch + self.total - self.global_step) // grid.per_epoch))
+        # An epoch begun in other layouts: its records trained there (data/layouts.py).
+        trained = rest.trained_mask(self.data, self.position.layouts, opts.seed, epoch) \
+            if self.position.layouts else None
         return pipeline.epoch_batches(
             self.data, self.backend, batch_size=grid.step_batch, seed=opts.seed,
             threads=opts.data_threads, per_epoch=grid.per_epoch, epochs=epochs,
-            start_step=epoch * grid.per_epoch + in_epoch)
+            start_step=epoch * grid.per_epoch + in_epoch, trained=trained)
 
     # -- one step ---------------------------------------------------------------------
 

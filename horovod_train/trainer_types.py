@@ -9,6 +9,7 @@ record, reading nothing else of the Trainer.
 import dataclasses
 
 from horovod_train import precision
+from horovod_train.data import layouts as layouts_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,14 +83,20 @@ class Position:
     # This attempt starts a launch (not a re-formed ring): --eval_at_start applies, and a
     # position at the end means the run was already complete.
     launch_start: bool = True
+    # The epoch's layouts (data/layouts.py) before this launch's own: as restored, all
+    # those a checkpoint recorded; once placed, those whose records the rest excludes.
+    layouts: tuple = ()
 
 
 class CheckpointKeeper:
-    """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none)."""
+    """The state keeper of plain runs: a checkpoint.Checkpointer (no directory: none).
+    `recorded`: (step, its epoch's layouts) of the checkpoint a restore reads, as the
+    chief shared its record (loop.py); none when there is none."""
 
-    def __init__(self, checkpointer, grid):
+    def __init__(self, checkpointer, grid, recorded=(None, ())):
         self.checkpointer, self.grid = checkpointer, grid  # grid.EpochGrid
         self.saves_on_stop = bool(checkpointer.directory)
+        self.recorded = recorded
 
     def run(self, attempt, pause=None):
         return attempt()
@@ -97,13 +104,17 @@ class CheckpointKeeper:
     def restore(self) -> Position:
         step, recorded = self.checkpointer.restore()
         if recorded is not None:  # (epoch, examples): any world size continues from it
-            return Position(step, *recorded)
+            layouts = self.recorded[1] if step == self.recorded[0] else ()
+            return Position(step, *recorded, layouts=layouts)
         epoch, in_epoch = divmod(step, self.grid.per_epoch)  # older: the same grid wrote it
         return Position(step, epoch, in_epoch * self.grid.examples_per_step)
 
     def after_step(self, position: Position, last: bool):
-        self.checkpointer.maybe_save(position.step, last=last,
-                                     position=(position.epoch, position.epoch_examples))
+        grid = self.grid
+        layouts = layouts_lib.closing(position.layouts, grid.world_size, grid.step_batch,
+                                      position.epoch_examples)
+        self.checkpointer.maybe_save(position.step, last=last, position=(
+            position.epoch, position.epoch_examples, layouts_lib.to_record(layouts)))
 
     def facts(self) -> dict:
         resumed = self.checkpointer.resumed

@@ -212,24 +212,34 @@ def rank1_trainer_hook(tmp_path, patch_source: str) -> str:
     """PYTHONPATH holding a sitecustomize that, on rank 1 only, runs `patch_source` (the
     body of `def _patch(trainer):`, dedented) on horovod_train.trainer right after it is
     imported: a fault injected into one rank without any change to the package."""
+    return module_hook(tmp_path, "horovod_train.trainer", patch_source, ranks=("1",))
+
+
+def module_hook(tmp_path, module: str, patch_source: str, ranks=None) -> str:
+    """PYTHONPATH holding a sitecustomize that runs `patch_source` (the body of
+    `def _patch(module):`, dedented; `rank`, this process's rank as a string, is in scope)
+    on `module` right after it is imported, on the ranks listed (None: every rank)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     body = textwrap.indent(textwrap.dedent(patch_source).strip(), " " * 8)
-    (hook / "sitecustomize.py").write_text(_HOOK.format(body=body))
+    (hook / "sitecustomize.py").write_text(_HOOK.format(body=body, module=module,
+                                                        ranks=repr(ranks)))
     return f"{hook}{os.pathsep}{ROOT}"
 
 
 _HOOK = """\
 import os
-if (os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK")) == "1":
+rank = os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or "0"
+if {ranks} is None or rank in {ranks}:
     import importlib.abc, importlib.util, sys
 
-    def _patch(trainer):
+    def _patch(module):
+        trainer = module  # the name the rank-1 trainer patches use
 {body}
 
     class _Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name != "horovod_train.trainer":
+            if name != "{module}":
                 return None
             sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)

@@ -100,19 +100,39 @@ class LmdbSource(schema_lib.SchemaShape):
         ds = ds.map(_read_chunk(keys.path), num_parallel_calls=threads or tf.data.AUTOTUNE)
         return ds.unbatch()
 
-    def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
-        lo, hi = sharding.record_range(len(self.train.ids), shard)
-        mine = self.train.ids[lo:hi]
+    @property
+    def record_id_count(self) -> int:
+        """Training record ids (the keys' indices) are below this (layouts.py)."""
+        return int(self.train.ids.max()) + 1 if len(self.train.ids) else 0
+
+    def _epoch(self, shard, batch_size, seed, epoch, threads, trained):
+        """(Epoch, this worker's keys in the epoch's order) of its training epoch; with
+        `trained`, of the epoch's records it does not mark (layouts.py)."""
+        ids = self.train.ids if trained is None else self.train.ids[~trained[self.train.ids]]
+        lo, hi = sharding.record_range(len(ids), shard)
         digest = zlib.crc32(f"{self.train.path}:{len(self.train.ids)}".encode()) & 0xFFFFFFFF
         key = f"lmdb-train-{digest:08x}-{shard.index}of{shard.count}"
-        ep = pipeline.make_epoch(self.config, self.num_train_examples, shard, batch_size, seed,
-                                 epoch, threads, len(mine), key)
+        ep = pipeline.make_epoch(self.config, len(ids), shard, batch_size, seed, epoch, threads,
+                                 hi - lo, key, cacheable=trained is None)
 
-        def records(shuffled):
-            ids = np.random.default_rng(ep.seed).permutation(mine) if shuffled else mine
-            return self._records(self.train, ids, threads)
-        return pipeline.train_batches(records, self._decode, ep, self._memo, pre_shuffled=True,
-                                       decode_batch=self._decode_batch)
+        def keys(shuffled):
+            return np.random.default_rng(ep.seed).permutation(ids[lo:hi]) if shuffled \
+                else ids[lo:hi]
+        return ep, keys
+
+    def train_dataset(self, shard, batch_size, seed, epoch, threads=0, trained=None):
+        ep, keys = self._epoch(shard, batch_size, seed, epoch, threads, trained)
+        return pipeline.train_batches(lambda shuffled: self._records(
+            self.train, keys(shuffled), threads), self._decode, ep, self._memo,
+            pre_shuffled=True, decode_batch=self._decode_batch)
+
+    def record_ids(self, shard, batch_size, seed, epoch, trained=None):
+        """The ids of train_dataset's records, in the order it trains them."""
+        ep, keys = self._epoch(shard, batch_size, seed, epoch, 0, trained)
+        return pipeline.record_order(
+            lambda shuffled: tf.data.Dataset.from_tensor_slices(keys(shuffled).astype(np.int64)),
+            lambda shuffled: self._records(self.train, keys(shuffled), 0), self._decode, ep,
+            pre_shuffled=True, decode_batch=self._decode_batch)
 
     def eval_dataset(self, shard, batch_size):
         lo, hi = sharding.record_range(len(self.eval.ids), shard)

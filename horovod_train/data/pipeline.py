@@ -107,7 +107,7 @@ def across_epochs(epochs: list) -> tf.data.Dataset:
 
 
 def epoch_batches(data, backend, *, batch_size: int, seed: int, threads: int, per_epoch: int,
-                  epochs: int, start_step: int = 0) -> EpochStream:
+                  epochs: int, start_step: int = 0, trained=None) -> EpochStream:
     """This rank's batches of epochs [start_step // per_epoch, epochs), starting
     `start_step` batches into the run: what the training loop trains on.
 
@@ -116,20 +116,23 @@ def epoch_batches(data, backend, *, batch_size: int, seed: int, threads: int, pe
     train_epochs (in-memory sets) is read from one lazily built iterator; the others
     one bounded group of epochs per iterator (stream.py says why). The order is a pure
     function of (seed, epoch): resuming at step s starts epoch s // per_epoch and
-    skips the batches of it already trained on."""
+    skips the batches of it already trained on. `trained` (a record source's mask of
+    the first epoch's records already trained in other layouts, layouts.py): that
+    epoch is its other records instead, read under this layout, nothing skipped."""
     first_epoch, offset = divmod(start_step, per_epoch)
     lazy = getattr(data, "train_epochs", None)
 
-    def joined(shard, start, stop):
-        each = [data.train_dataset(shard, batch_size, seed, epoch, threads).take(per_epoch)
-                for epoch in range(start, stop)]
-        return across_epochs(each)
+    def one(shard, epoch):
+        if epoch == first_epoch and trained is not None:
+            rest = data.train_dataset(shard, batch_size, seed, epoch, threads, trained=trained)
+            return rest.take(per_epoch - offset)
+        return data.train_dataset(shard, batch_size, seed, epoch, threads).take(per_epoch)
 
     def some_epochs(start: int, stop: int):
         def dataset_fn(shard):
             ds = lazy(shard, batch_size, seed, start, stop, threads) if lazy else \
-                joined(shard, start, stop)
-            if start == first_epoch:
+                across_epochs([one(shard, epoch) for epoch in range(start, stop)])
+            if start == first_epoch and trained is None:
                 ds = ds.skip(offset)  # inside the first epoch: offset < per_epoch
             return ds.with_options(_warm_start())
         return iter(backend.distribute_dataset(dataset_fn))
@@ -182,6 +185,7 @@ class Epoch:
     shuffle_buffer: int = 0  # 0 = automatic
     cache: str = ""  # "", "memory" or a file prefix
     cache_key: str = ""  # names this shard's cache (memo key and file suffix)
+    cacheable: bool = True  # False: always streamed (the rest of a resumed epoch, layouts.py)
 
 
 def _buffer(ep: Epoch, pre_shuffled: bool) -> int:
@@ -238,19 +242,34 @@ def _cached(records_fn, decode, decode_batch, ep: Epoch, memo: dict):
     the dataset object, so it is kept in `memo` across epochs: only eagerly (a dataset
     made inside a graph cannot outlive that graph), and so never cached automatically
     inside a graph, where every epoch would fill a cache of its own."""
+    if not ep.cacheable:
+        return None
     if ep.cache_key in memo:
         return memo[ep.cache_key]
     if not ep.cache and not tf.executing_eagerly():
         return None
     ds = _decoded_records(records_fn, decode, decode_batch, ep.threads)
-    cache = auto_cache(ep, ds.element_spec)
-    if cache:
-        ds = ds.cache("" if cache == "memory" else f"{cache}.{ep.cache_key}")
-    else:
-        ds = None
+    cache = ep.cache or auto_cache(ep, ds.element_spec)
+    ds = ds.cache("" if cache == "memory" else f"{cache}.{ep.cache_key}") if cache else None
     if tf.executing_eagerly():
         memo[ep.cache_key] = ds
     return ds
+
+
+def _order(ep: Epoch, cached: bool, pre_shuffled: bool) -> tuple[bool, int]:
+    """(whether the records are read in their per-epoch order, the shuffle buffer): the
+    one rule of a training epoch's record order, which train_batches reads in and
+    record_order replays on record ids."""
+    if cached:
+        # The cache holds the fixed order. tf.data drops a cache that was read only in
+        # part; a buffer reaching past the records this epoch leaves unused makes the
+        # first epoch read to the end.
+        return False, max(_buffer(ep, False), ep.records - ep.steps * ep.batch_size + 1)
+    return True, _buffer(ep, pre_shuffled)
+
+
+def _shuffled(ds, buffer: int, seed: int):
+    return ds.shuffle(buffer, seed=seed) if buffer > 1 else ds
 
 
 def train_batches(records_fn, decode, ep: Epoch, memo: dict, pre_shuffled: bool = False,
@@ -259,21 +278,28 @@ def train_batches(records_fn, decode, ep: Epoch, memo: dict, pre_shuffled: bool 
     decode: record -> (x, y); decode_batch (optional): records [B] -> batched (x, y).
     Yields exactly ep.steps batches."""
     cached = _cached(records_fn, decode, decode_batch, ep, memo)
+    shuffled, buffer = _order(ep, cached is not None, pre_shuffled)
     if cached is not None:
-        # tf.data drops a cache that was read only in part; a buffer reaching past the
-        # records this epoch leaves unused makes the first epoch read to the end.
-        buffer = max(_buffer(ep, False), ep.records - ep.steps * ep.batch_size + 1)
-        ds = cached.shuffle(buffer, seed=ep.seed).batch(ep.batch_size, drop_remainder=True)
+        ds = _shuffled(cached, buffer, ep.seed).batch(ep.batch_size, drop_remainder=True)
         if decode_batch is None:  # cached in stored dtypes (see _decoded)
             ds = ds.map(standardize, num_parallel_calls=_autotune(ep.threads))
     else:
-        ds = records_fn(True)
-        buffer = _buffer(ep, pre_shuffled)
-        if buffer > 1:
-            ds = ds.shuffle(buffer, seed=ep.seed)
-        ds = _decoded(ds, decode, decode_batch, ep.threads, ep.batch_size)
+        ds = _decoded(_shuffled(records_fn(shuffled), buffer, ep.seed), decode, decode_batch,
+                      ep.threads, ep.batch_size)
     ds = ds.take(ep.steps)
     return ds.with_options(dataset_options(ep.threads)).prefetch(_autotune(ep.threads))
+
+
+def record_order(ids_fn, records_fn, decode, ep: Epoch, pre_shuffled: bool = False,
+                 decode_batch=None) -> tf.data.Dataset:
+    """The record ids of train_batches' epoch (same arguments; ids_fn(shuffled) -> the
+    ids of records_fn(shuffled)'s records, in the same order), in the order it trains
+    them: what layouts.py replays. Its cache choice is the one an eager train_batches
+    makes (the loop builds its pipelines eagerly); nothing is read."""
+    cached = ep.cacheable and bool(ep.cache or auto_cache(
+        ep, _decoded_records(records_fn, decode, decode_batch, ep.threads).element_spec))
+    shuffled, buffer = _order(ep, cached, pre_shuffled)
+    return _shuffled(ids_fn(shuffled), buffer, ep.seed).take(ep.steps * ep.batch_size)
 
 
 def eval_batches(records: tf.data.Dataset, decode, batch_size: int,
@@ -287,10 +313,11 @@ def eval_batches(records: tf.data.Dataset, decode, batch_size: int,
 
 
 def make_epoch(data_config, num_examples: int, shard, batch_size: int, seed: int, epoch: int,
-               threads: int, records: int, cache_key: str) -> Epoch:
-    """The Epoch for a source's train_dataset call (seed mixed with epoch and shard)."""
+               threads: int, records: int, cache_key: str, cacheable: bool = True) -> Epoch:
+    """The Epoch for a source's train_dataset call (seed mixed with epoch and shard);
+    `num_examples`: the epoch's records, all workers together."""
     return Epoch(steps=sharding.steps_per_epoch(num_examples, batch_size, shard.count),
                  batch_size=batch_size, records=records,
                  seed=sharding.epoch_seed(seed, epoch, shard.index), threads=threads,
                  shuffle_buffer=data_config.shuffle_buffer, cache=data_config.cache,
-                 cache_key=cache_key)
+                 cache_key=cache_key, cacheable=cacheable)

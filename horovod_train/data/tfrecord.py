@@ -55,11 +55,32 @@ class TFRecordSource(schema_lib.SchemaShape):
         ds = ds.map(lambda r: (r, check(r))).ignore_errors()
         return ds.filter(lambda r, n: n >= 0).map(lambda r, n: r)
 
-    def _records(self, files: FileSet, order, threads: int) -> tf.data.Dataset:
-        paths = tf.constant([files.paths[i] for i in order], tf.string)
-        return tf.data.Dataset.from_tensor_slices(paths).interleave(
-            self._file, cycle_length=max(1, min(len(order), CYCLE_LENGTH)), block_length=1,
+    def _records(self, files: FileSet, order, threads: int, trained=None,
+                 ids: bool = False) -> tf.data.Dataset:
+        """The records of files `order` (indices into files), interleaved; without the
+        ones `trained` marks (a mask over record ids: file i's j-th readable record is
+        id starts[i] + j); `ids`: their ids instead, in the same order (nothing read)."""
+        starts = tf.constant(np.cumsum([0, *files.counts[:-1]]), tf.int64)
+        counts = tf.constant(files.counts, tf.int64)
+        paths = tf.constant(files.paths, tf.string)
+        mask = None if trained is None else tf.constant(trained)
+
+        def one(i):
+            if ids:
+                ds = tf.data.Dataset.range(starts[i], starts[i] + counts[i])
+                return ds if mask is None else ds.filter(lambda r: ~mask[r])
+            ds = self._file(paths[i])
+            if mask is None:
+                return ds
+            return ds.enumerate(starts[i]).filter(lambda r, _: ~mask[r]).map(lambda _, rec: rec)
+        return tf.data.Dataset.from_tensor_slices(tf.constant(list(order), tf.int64)).interleave(
+            one, cycle_length=max(1, min(len(order), CYCLE_LENGTH)), block_length=1,
             num_parallel_calls=threads or tf.data.AUTOTUNE, deterministic=True)
+
+    @property
+    def record_id_count(self) -> int:
+        """Training record ids are 0 .. this - 1 (layouts.py)."""
+        return self.num_train_examples
 
     def _decode(self, record):
         return decode.decoder(self.schema)(decode.parser(self.schema)(record))
@@ -72,21 +93,38 @@ class TFRecordSource(schema_lib.SchemaShape):
         digest = zlib.crc32(repr((self.train, self.eval)).encode()) & 0xFFFFFFFF
         return f"tfrecord-{split}-{digest:08x}-{plan.mode}-{shard.index}of{shard.count}"
 
-    def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
-        plan = sharding.plan_train_read(self.train.counts, shard, batch_size)
-        ep = pipeline.make_epoch(self.config, self.num_train_examples, shard, batch_size, seed,
-                                 epoch, threads, plan.records, self._cache_key("train", plan, shard))
+    def _epoch(self, shard, batch_size, seed, epoch, threads, trained):
+        """(Epoch, records(shuffled, ids=False)) of this worker's training epoch; with
+        `trained`, of the epoch's records it does not mark (layouts.py)."""
+        counts = self.train.counts
+        if trained is not None:
+            ends = np.cumsum(counts)
+            counts = tuple(int(n - trained[end - n:end].sum()) for n, end in zip(counts, ends))
+        plan = sharding.plan_train_read(counts, shard, batch_size)
+        ep = pipeline.make_epoch(self.config, sum(counts), shard, batch_size, seed, epoch,
+                                 threads, plan.records, self._cache_key("train", plan, shard),
+                                 cacheable=trained is None)
 
-        def records(shuffled):
+        def records(shuffled, ids=False):
             order = list(plan.files)
             if shuffled:
                 # Same permutation on every rank, so record-level shards stay disjoint.
                 rng = np.random.default_rng(sharding.epoch_seed(seed, epoch))
                 order = [order[i] for i in rng.permutation(len(order))]
-            ds = self._records(self.train, order, threads)
+            ds = self._records(self.train, order, threads, trained, ids)
             return ds.shard(shard.count, shard.index) if plan.mode == "record" else ds
+        return ep, records
+
+    def train_dataset(self, shard, batch_size, seed, epoch, threads=0, trained=None):
+        ep, records = self._epoch(shard, batch_size, seed, epoch, threads, trained)
         return pipeline.train_batches(records, self._decode, ep, self._memo,
                                        decode_batch=self._decode_batch)
+
+    def record_ids(self, shard, batch_size, seed, epoch, trained=None):
+        """The ids of train_dataset's records, in the order it trains them."""
+        ep, records = self._epoch(shard, batch_size, seed, epoch, 0, trained)
+        return pipeline.record_order(lambda shuffled: records(shuffled, ids=True), records,
+                                     self._decode, ep, decode_batch=self._decode_batch)
 
     def eval_dataset(self, shard, batch_size):
         plan = sharding.plan_eval_read(self.eval.counts, shard)

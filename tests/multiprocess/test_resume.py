@@ -21,7 +21,8 @@ import shutil
 import numpy as np
 import pytest
 
-from ranks import TRAIN, assert_ranks_identical, horovodrun, load_weights, run_ranks
+from ranks import (TRAIN, assert_ranks_identical, horovodrun, load_weights, module_hook,
+                   run_ranks)
 
 pytest.importorskip("horovod.tensorflow")
 BATCH, PER_EPOCH, GLOBAL = 16, 14, 96  # 1437 digits // 96 = 14 steps an epoch
@@ -111,3 +112,89 @@ def test_one_rank_resumes_on_two_as_the_same_training(tmp_path):
                     tmp_path / "on-two")
     _assert_same_training(two, tmp_path / "on-two", load_weights(tmp_path / "whole"), ranks=2,
                           accum=3, written_by=1)
+
+
+# ---- A record dataset (TFRecord) resumed mid-epoch in other layouts (data/layouts.py) --
+# Each example carries its id in its first pixel; every rank logs, per epoch, the ids of
+# each batch its pipeline makes (in order: a rank trains its batches in the order they
+# are made, so its first k lines of an epoch are what its first k steps trained on).
+RECORDS, RECORD_EPOCH = 1000, 10  # global batch 96: 10 steps an epoch, 40 records dropped
+LOG_BATCHES = """
+import os
+import tensorflow as tf
+original = module.TFRecordSource.train_dataset
+log = os.path.join(os.environ["TRAINED_IDS_DIR"], f"rank{rank}.txt")
+
+def train_dataset(self, shard, batch_size, seed, epoch, threads=0, trained=None):
+    def write(x):
+        with open(log, "a") as f:
+            f.write(f"{epoch} " + " ".join(str(int(v)) for v in x.numpy()[:, 0, 0, 0]) + "\\n")
+        return x
+    ds = original(self, shard, batch_size, seed, epoch, threads, trained)
+    return ds.map(lambda x, y: (tf.ensure_shape(tf.py_function(write, [x], x.dtype), x.shape), y))
+
+module.TFRecordSource.train_dataset = train_dataset
+"""
+
+
+def _id_records(tmp_path) -> str:
+    from horovod_train.data import convert
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(RECORDS + 100, 8, 8, 1)).astype(np.float32)
+    x[:, 0, 0, 0] = np.arange(RECORDS + 100)
+    y = rng.integers(0, 10, RECORDS + 100)
+    np.savez(tmp_path / "ids.npz", x_train=x[:RECORDS], y_train=y[:RECORDS],
+             x_test=x[RECORDS:], y_test=y[RECORDS:])
+    out = str(tmp_path / "tfrecord")
+    convert.convert(convert.ConvertOptions(str(tmp_path / "ids.npz"), out, "tfrecord",
+                                           num_shards=4, progress=False))
+    return out
+
+
+def _trained(log_dir, epoch: int, steps: int | None = None) -> list:
+    """Ids of `epoch`'s records the ranks logged in log_dir trained, the first `steps`
+    batches of each rank (None: all its batches of that epoch)."""
+    ids = []
+    for log in sorted(log_dir.glob("rank*.txt")):
+        lines = [line.split()[1:] for line in log.read_text().splitlines()
+                 if line.split()[0] == str(epoch)]
+        ids += [int(i) for line in lines[:steps] for i in line]
+    return ids
+
+
+def test_a_record_dataset_resumed_in_other_layouts_trains_each_record_once_an_epoch(tmp_path):
+    """2 ranks (gloo, 16 x 3) stop 4 steps into epoch 2; 1 process (16 x 6) continues it
+    and stops 1 step later; 3 ranks (MPI, 16 x 2) finish it. Epoch 2's records, over the
+    three launches, are each trained once (the epoch's 960); the checkpoints record the
+    epoch's layouts, and each relaunch says what it read."""
+    common = ["--dataset=tfrecord", f"--data_dir={_id_records(tmp_path)}", "--model=digits_mlp",
+              *COMMON[:3], f"--batch_size={BATCH}", "--intra_op_threads=1",
+              "--keep_checkpoints=10", f"--checkpoint_dir={tmp_path / 'ckpt'}"]
+    hook, runs = module_hook(tmp_path, "horovod_train.data.tfrecord", LOG_BATCHES), {}
+    for name, ranks, launcher, accum, stop in (
+            ("writer", 2, "gloo", 3, 14), ("one", 1, None, 6, 15), ("three", 3, "mpi", 2, 20)):
+        logs = tmp_path / f"ids-{name}"
+        logs.mkdir()
+        args = common + [f"--grad_accum_steps={accum}", f"--max_steps={stop}"]
+        argv = horovodrun(ranks, launcher, args) if launcher else TRAIN + args
+        runs[name] = (run_ranks(argv, tmp_path / name, TRAINED_IDS_DIR=str(logs),
+                                PYTHONPATH=hook), logs)
+    assert [runs[n][0]["steps"] for n in runs] == [14, 15, 20]
+    writer, one, three = (runs[n][1] for n in runs)
+    assert sorted(_trained(writer, 0)) == sorted(set(_trained(writer, 0)))
+    assert len(_trained(writer, 0)) == RECORD_EPOCH * GLOBAL
+    # Epoch 2 (index 1): 4 steps of 2 ranks, 1 of 1 rank, the last 5 of 3 ranks.
+    epoch2 = _trained(writer, 1, 4) + _trained(one, 1, 1) + _trained(three, 1)
+    assert len(_trained(three, 1)) == 5 * GLOBAL
+    assert len(epoch2) == len(set(epoch2)) == RECORD_EPOCH * GLOBAL
+    one_said = "epoch 2 continues with its 616 records not yet trained (384 were, in other " \
+        "layouts), read by this launch's shards: 6 steps"
+    three_said = "epoch 2 continues with its 520 records not yet trained (480 were, in other " \
+        "layouts), read by this launch's shards: 5 steps"
+    assert one_said in runs["one"][0]["_stderr"]
+    assert three_said in runs["three"][0]["_stderr"]
+    meta = json.loads((tmp_path / "ckpt" / "ckpt-000000015" / "meta.json").read_text())
+    assert meta["position"] == {"epoch": 1, "epoch_examples": 480,
+                                "layouts": [[2, 48, 384], [1, 96, 96]]}
+    meta = json.loads((tmp_path / "ckpt" / "ckpt-000000020" / "meta.json").read_text())
+    assert meta["position"] == {"epoch": 2, "epoch_examples": 0, "layouts": []}

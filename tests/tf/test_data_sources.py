@@ -196,3 +196,66 @@ def test_synthetic_data_of_any_shape_follows_global_batch_sharding():
     assert shards[0][0][0].shape == (8, 32, 32, 3)
     big = data.load(cfg.DataConfig(dataset="synthetic", synthetic_shape=(224, 224, 3)))
     assert big.input_shape == (224, 224, 3) and len(big.pool) < big.num_train_examples
+
+
+# ---- The rest of an epoch after a change of layout (data/layouts.py, data/rest.py) -----
+
+def _rest(source, layouts, seed=7, epoch=1):
+    """The example ids (pixels) of the records the replay marks as trained."""
+    from horovod_train.data import rest
+    mask = rest.trained_mask(source, layouts, seed, epoch)
+    # Record ids count records in storage order (files in turn; LMDB keys), which the
+    # converter shuffled: read that order to name each record's example.
+    if hasattr(source.train, "paths"):
+        files = [source._records(source.train, [f], 0) for f in range(len(source.train.paths))]
+    else:
+        files = [source._records(source.train, source.train.ids, 0)]
+    example = [int(np.asarray(x)[0, 0, 0]) for ds in files for x, _ in ds.map(source._decode)]
+    return sorted(example[i] for i in np.flatnonzero(mask))
+
+
+# Every source, each read both ways (buffer 0: these shards are cached in memory; 8:
+# streamed), across each kind of change (ranks x step batch before -> after).
+@pytest.mark.parametrize("name,buffer,old,new", [
+    ("tfr1", 0, (2, 5), (1, 10)), ("tfr1", 8, (2, 5), (3, 4)), ("tfr4", 0, (1, 10), (2, 5)),
+    ("tfr4", 8, (2, 5), (1, 10)), ("tfr6", 0, (1, 10), (2, 5)), ("tfr6", 8, (2, 5), (3, 4)),
+    ("lmdb", 0, (2, 5), (1, 10)), ("lmdb", 8, (2, 5), (3, 4))])
+def test_an_epoch_resumed_in_another_layout_trains_each_record_once(dirs, name, buffer, old,
+                                                                   new):
+    """Ranks of layout `old` (ranks, step batch) train 3 steps of epoch 1; the replay on ids
+    names exactly the records they read; ranks of `new` then read the others, equal steps
+    each, and a third layout after 1 more step again only untrained ones."""
+    from horovod_train.data.layouts import Layout
+    source = _source(dirs, name, shuffle_buffer=buffer)
+    first = Layout(old[0], old[1], 3 * old[0] * old[1])
+    read = [ids for rank in _epoch(source, old[0], epoch=1, batch=old[1])
+            for ids in rank[:3]]
+    trained = sorted(i for ids in read for i in ids)
+    assert _rest(source, (first,)) == trained and len(set(trained)) == first.examples
+    from horovod_train.data import rest
+    mask = rest.trained_mask(source, (first,), 7, 1)
+
+    world, batch = new
+    steps = (N_TRAIN - first.examples) // (world * batch)
+    rest_ids = [_ids(source.train_dataset(sharding.ShardInfo(r, world), batch, 7, 1,
+                                          trained=mask)) for r in range(world)]
+    assert [len(r) for r in rest_ids] == [steps] * world
+    after = [i for rank in rest_ids for ids in rank for i in ids]
+    assert len(set(after)) == len(after) == steps * world * batch
+    assert not set(after) & set(trained)
+
+    second = Layout(world, batch, world * batch)  # one step of the new layout, then a third
+    assert _rest(source, (first, second)) == sorted(
+        trained + [i for rank in rest_ids for i in rank[0]])
+    both = rest.trained_mask(source, (first, second), 7, 1)
+    third = [_ids(source.train_dataset(sharding.ShardInfo(r, 2), 3, 7, 1, trained=both))
+             for r in range(2)]
+    later = [i for rank in third for ids in rank for i in ids]
+    assert len(set(later)) == len(later) == (N_TRAIN - int(both.sum())) // 6 * 6
+    assert not set(later) & set(_rest(source, (first, second)))
+
+
+def test_a_replay_of_data_that_changed_is_refused(dirs):
+    from horovod_train.data.layouts import Layout
+    with pytest.raises(ValueError, match="expected 50 new ones: the data is not what"):
+        _rest(_source(dirs, "tfr4"), (Layout(2, 25, 100), Layout(2, 25, 100)))
