@@ -16,7 +16,6 @@ from horovod_train import backends, checkpoint, console, env, metrics, observe, 
 from horovod_train import resume, schedules, stacks, startup, watchdog
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
-from horovod_train.data import rest
 from horovod_train.data.layouts import Layout, from_record as layouts_from_record
 from horovod_train.errors import UsageError
 from horovod_train.grid import EpochGrid, epoch_grid, step_batch
@@ -90,21 +89,6 @@ def _recorded_layouts(meta, config) -> tuple:
         return None, ()
     writer = Layout(written.world_size, written.batch_size * written.accum_steps, 0)
     return meta["step"], layouts_from_record(meta.get("position"), writer)
-
-
-def _warn_record_order(data, resumption, meta):
-    """A source whose ranks read their own files and records (not by global batch) and
-    that cannot replay which ones (data/rest.py) cannot know, on another number of
-    ranks, which examples of a half-done epoch were trained."""
-    position = (meta or {}).get("position") or {}
-    if not resumption.change or getattr(data, "by_global_batch", False) or \
-            rest.can_replay(data) or not position.get("epoch_examples"):
-        return
-    logging.warning(
-        "checkpoint | the rest of epoch %d (%d of its %d examples trained before the relaunch) "
-        "is read from this launch's shards of the files: on another number of ranks some of "
-        "its examples may be trained on again and others not; later epochs see each once",
-        position["epoch"] + 1, position["epoch_examples"], data.num_train_examples)
 
 
 def _resumption(config, backend):
@@ -279,7 +263,6 @@ def run(config) -> dict:
     data = data_lib.load(config.data, peers=backend.comm)  # verification split across ranks
     clock.mark("data")
     config, resumption, meta = _resumption(config, backend)
-    _warn_record_order(data, resumption, meta)
     grid = _plan_grid(config, data.num_train_examples, info.size)
     schedule = schedules.lr_schedule(config.optim, info.size, grid.per_epoch,
                                      scale=resumption.lr_scale,

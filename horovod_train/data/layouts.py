@@ -4,12 +4,12 @@ A layout is how an epoch's examples were being read: by how many ranks, each tak
 many examples per optimizer step. In-memory sets are cut into global batches, so any
 layout with the same global batch reads the same examples in the same order and a
 resume simply skips the steps done (pipeline.epoch_batches). A record source (TFRecord,
-LMDB) reads per rank: each rank its own files or keys, through its own seeded shuffle.
+LMDB, TFDS) reads per rank: each rank its own files or keys, through its own seeded shuffle.
 What it trained of an epoch is then a function of the layout: rank r of N took the
 first k records of its shard's order. A checkpoint therefore records, besides the
 position, the layouts of the current epoch so far (`Layout`, in order), and a relaunch
 in another layout rebuilds the set of records already trained by replaying those
-orders on record ids, no data read (rest.trained_mask), then reads the epoch's other
+orders on record ids (rest.trained_mask), then reads the epoch's other
 records under its own layout (the source's train_dataset(..., trained=mask)). Each
 record of the epoch is trained once across the change; the steps left are
 (examples - trained) // global batch, as in an epoch of that many records.

@@ -1,9 +1,10 @@
 """The records of an epoch already trained in earlier layouts (layouts.py says why).
 
-A record source that can say which records each rank trains, in order, offers
-record_ids(shard, step_batch, seed, epoch, trained=None) (TFRecord, LMDB) and
-record_id_count; replaying it on ids reads no data. Sources without it (TFDS) resume
-an epoch in another layout approximately, and the loop says so.
+Every record source (TFRecord and pycorpus, LMDB, TFDS) says which records each rank
+trains, in order: record_ids(shard, step_batch, seed, epoch, trained=None), over ids
+0 .. record_id_count - 1. TFRecord and LMDB replay it on ids alone, reading nothing;
+TFDS reads the records (tfds_id), its encoded images left undecoded. In-memory sources
+need none: they cut an epoch by global batch, so skipping the steps done is exact.
 """
 import numpy as np
 

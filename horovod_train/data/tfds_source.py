@@ -7,8 +7,10 @@ epoch; otherwise record-level through split slicing (tfds.even_splits), which al
 works on sliced splits such as train[:90%].
 """
 import dataclasses
+import os
 import re
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -33,34 +35,97 @@ class TfdsSource:
         """Examples per file instruction (a sliced split may read parts of files)."""
         return [fi.take for fi in self.builder.info.splits[split].file_instructions]
 
-    def _read(self, split: str, plan, shard, shuffle_seed, threads: int) -> tf.data.Dataset:
+    def _read(self, split: str, plan, shard, shuffle_seed, threads: int, trained=None,
+              ids: bool = False) -> tf.data.Dataset:
+        """This worker's (x, y) of `split` per `plan`; without the records `trained` marks
+        (a mask over record ids, _record_id); `ids`: their ids instead, same order."""
         context, split_arg = None, split
         if plan.mode == "file":
             context = tf.distribute.InputContext(num_input_pipelines=shard.count,
                                                  input_pipeline_id=shard.index)
-        else:
+        elif trained is None:
             split_arg = tfds.even_splits(split, n=shard.count)[shard.index]
+        tagged = ids or trained is not None
         read_config = tfds.ReadConfig(
             input_context=context, shuffle_seed=shuffle_seed, try_autocache=False,
-            interleave_cycle_length=CYCLE_LENGTH,
+            interleave_cycle_length=CYCLE_LENGTH, add_tfds_id=tagged,
             num_parallel_calls_for_interleave_files=threads or tf.data.AUTOTUNE)
-        return self.builder.as_dataset(split=split_arg, shuffle_files=shuffle_seed is not None,
-                                       read_config=read_config, as_supervised=True)
+        ds = self.builder.as_dataset(split=split_arg, shuffle_files=shuffle_seed is not None,
+                                     read_config=read_config, as_supervised=not tagged,
+                                     decoders=self._skip_images() if ids else None)
+        if not tagged:
+            return ds
+        x_key, y_key = self.builder.info.supervised_keys
+        record_id = self._record_id(split)
+        ds = ds.map(lambda ex: (record_id(ex["tfds_id"]), ex[x_key], ex[y_key]))
+        if trained is not None:
+            mask = tf.constant(trained)
+            ds = ds.filter(lambda r, x, y: ~mask[r])
+            if plan.mode == "record":  # the split's other records, every count-th
+                ds = ds.shard(shard.count, shard.index)
+        return ds.map(lambda r, x, y: r) if ids else ds.map(lambda r, x, y: (x, y))
 
-    def train_dataset(self, shard, batch_size, seed, epoch, threads=0):
+    def _skip_images(self):
+        """Replaying ids needs no pixels: encoded images stay undecoded."""
+        features = self.builder.info.features
+        return {k: tfds.decode.SkipDecoding() for k in features.keys()
+                if isinstance(features[k], tfds.features.Image)}
+
+    def _record_id(self, split: str):
+        """tfds_id ("<file>__<index in file>") -> the record's id: its place in the split
+        (file instructions in order, from each one's skip)."""
+        instructions = self.builder.info.splits[split].file_instructions
+        names = [os.path.basename(fi.filename) for fi in instructions]
+        if len(set(names)) != len(names):
+            raise usage_error("--train_split", split, "a split that reads each file once",
+                              "pick a split without overlapping slices")
+        firsts = np.cumsum([0, *(fi.take for fi in instructions[:-1])])
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant(names), tf.constant(firsts - [fi.skip for fi in instructions],
+                                            tf.int64)), -1)
+
+        def record_id(tfds_id):
+            name = tf.strings.regex_replace(tfds_id, "__[0-9]+$", "")
+            index = tf.strings.to_number(tf.strings.regex_replace(tfds_id, "^.*__", ""),
+                                         tf.int64)
+            return table.lookup(name) + index
+        return record_id
+
+    @property
+    def record_id_count(self) -> int:
+        """Training record ids are 0 .. this - 1 (layouts.py)."""
+        return self.num_train_examples
+
+    def _epoch(self, shard, batch_size, seed, epoch, threads, trained):
+        """(Epoch, records(shuffled, ids=False)) of this worker's training epoch; with
+        `trained`, of the epoch's records it does not mark (layouts.py)."""
         split = self.config.train_split
         counts = self._counts(split)
+        if trained is not None:
+            ends = np.cumsum(counts)
+            counts = [int(n - trained[end - n:end].sum()) for n, end in zip(counts, ends)]
         plan = sharding.plan_train_read(counts, shard, batch_size,
                                         dealt=sharding.round_robin(len(counts), shard.count))
         key = f"tfds-{self.builder.name}-{split}-{plan.mode}-{shard.index}of{shard.count}"
-        ep = pipeline.make_epoch(self.config, self.num_train_examples, shard, batch_size, seed,
-                                 epoch, threads, plan.records, re.sub(r"[^\w.-]", "_", key))
+        ep = pipeline.make_epoch(self.config, sum(counts), shard, batch_size, seed, epoch,
+                                 threads, plan.records, re.sub(r"[^\w.-]", "_", key),
+                                 cacheable=trained is None)
 
-        def records(shuffled):
+        def records(shuffled, ids=False):
             file_seed = sharding.epoch_seed(seed, epoch) if shuffled else None
-            return self._read(split, plan, shard, file_seed, threads)
+            return self._read(split, plan, shard, file_seed, threads, trained, ids)
+        return ep, records
+
+    def train_dataset(self, shard, batch_size, seed, epoch, threads=0, trained=None):
+        ep, records = self._epoch(shard, batch_size, seed, epoch, threads, trained)
         return pipeline.train_batches(records, decode.standardize, ep, self._memo,
                                        decode_batch=decode.standardize)
+
+    def record_ids(self, shard, batch_size, seed, epoch, trained=None):
+        """The ids of train_dataset's records, in the order it trains them."""
+        ep, records = self._epoch(shard, batch_size, seed, epoch, 0, trained)
+        return pipeline.record_order(lambda shuffled: records(shuffled, ids=True), records,
+                                     decode.standardize, ep, decode_batch=decode.standardize)
 
     def eval_dataset(self, shard, batch_size):
         split = self.config.eval_split

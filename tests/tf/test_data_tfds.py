@@ -133,3 +133,36 @@ def test_tfds_bad_name_and_split_are_usage_errors(tfds_dirs, tmp_path):
         data.load(cfg.DataConfig(dataset="tfds", tfds_name="ht_no_such_set", data_dir=str(tmp_path)))
     with pytest.raises(UsageError, match="--train_split.*validation.*Fix:"):
         _source(tfds_dirs[4], train_split="validation")
+
+
+def _trained_examples(source, layouts, split="train"):
+    """The example ids (pixels) of the records rest.trained_mask marks for epoch 1."""
+    from horovod_train.data import rest
+    mask = rest.trained_mask(source, layouts, 5, 1)
+    record_id = source._record_id(split)
+    ds = source.builder.as_dataset(split=split, read_config=tfds.ReadConfig(add_tfds_id=True))
+    example = {int(record_id(e["tfds_id"])): int(e["image"][0, 0, 0]) for e in ds}
+    return sorted(example[i] for i in np.flatnonzero(mask)), mask
+
+
+@pytest.mark.parametrize("shards,split,old,new", [
+    (4, "train", (2, 4), (1, 8)), (1, "train", (1, 8), (3, 3)),
+    (4, "train[10:]", (2, 3), (3, 2))])
+def test_tfds_epoch_resumed_in_another_layout_trains_each_record_once(tfds_dirs, shards, split,
+                                                                      old, new):
+    """As tests/tf/test_data_sources.py's for TFRecord and LMDB: 3 steps of `old`, the rest
+    under `new`, read through TFDS (file- or record-level, sliced splits too)."""
+    from horovod_train.data.layouts import Layout
+    source = _source(tfds_dirs[shards], train_split=split)
+    first = Layout(old[0], old[1], 3 * old[0] * old[1])
+    read = [i for r in range(old[0]) for i in _ids(source.train_dataset(
+        sharding.ShardInfo(r, old[0]), old[1], 5, 1).take(3))]
+    named, mask = _trained_examples(source, (first,), split)
+    assert named == sorted(read) and len(set(read)) == first.examples
+    world, batch = new
+    steps = (source.num_train_examples - first.examples) // (world * batch)
+    rest_ids = [_ids(source.train_dataset(sharding.ShardInfo(r, world), batch, 5, 1,
+                                          trained=mask)) for r in range(world)]
+    assert [len(ids) for ids in rest_ids] == [steps * batch] * world
+    after = [i for ids in rest_ids for i in ids]
+    assert len(set(after)) == len(after) and not set(after) & set(read)

@@ -132,19 +132,15 @@ def test_a_ring_re_formed_at_another_size_is_re_placed_mid_epoch():
     assert trainer.position == Position(total, 2, 0)
 
 
-def test_a_record_source_warns_that_a_half_done_epoch_cannot_continue_exactly(caplog):
-    from types import SimpleNamespace
-
-    from horovod_train import loop, resume
-    changed = resume.Resumption(2, 2.0, 0, change="written by 2 ranks on 1 rank: ...")
-    meta = {"position": {"epoch": 1, "epoch_examples": 512}}
-    records = SimpleNamespace(num_train_examples=1437)  # a record source: no by_global_batch
-    with caplog.at_level("WARNING"):
-        loop._warn_record_order(records, changed, meta)
-    assert "the rest of epoch 2 (512 of its 1437 examples trained" in caplog.text
-    caplog.clear()
-    digits = data_lib.load(cfg.DataConfig())  # in memory, by global batch: exact, no warning
-    loop._warn_record_order(digits, changed, meta)
-    loop._warn_record_order(records, resume.Resumption(1, 2.0, 0), meta)  # nothing changed
-    loop._warn_record_order(records, changed, {"position": {"epoch": 2, "epoch_examples": 0}})
-    assert caplog.text == ""
+def test_every_source_continues_an_epoch_exactly_in_another_layout():
+    """What lets a resume on another number of ranks continue any dataset's epoch
+    exactly: in-memory sources cut it by global batch, record sources replay their order
+    (data/rest.py; the records are checked in test_data_sources.py and test_data_tfds.py)."""
+    from horovod_train.data import lmdb_source, rest, sources, tfds_source, tfrecord
+    for source in (sources.ArrayData, sources.PooledData):
+        assert source.by_global_batch and not rest.can_replay(source)
+    for source in (tfrecord.TFRecordSource, lmdb_source.LmdbSource, tfds_source.TfdsSource):
+        assert rest.can_replay(source) and not getattr(source, "by_global_batch", False)
+    # pycorpus is read as a TFRecord dataset.
+    assert set(data_lib._SOURCES) == {"digits", "synthetic", "tfrecord", "lmdb", "tfds",
+                                      "pycorpus"}
