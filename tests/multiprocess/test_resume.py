@@ -100,7 +100,9 @@ def test_resumed_run_equals_uninterrupted_run_on_two_one_and_three_ranks(tmp_pat
         meta = json.load(f)
     # What the 3-rank run wrote continues the writer's schedule (x2) and its own sizes.
     assert meta["fingerprint"]["world_size"] == 3 and meta["lr_schedule"]["scale"] == 2.0
-    assert meta["position"] == {"epoch": 2, "epoch_examples": 12 * GLOBAL}
+    # Epoch 3 so far, all of it trained by these 3 ranks x 32 (data/layouts.py).
+    assert meta["position"] == {"epoch": 2, "epoch_examples": 12 * GLOBAL,
+                                "layouts": [[3, 32, 12 * GLOBAL]]}
 
 
 def test_one_rank_resumes_on_two_as_the_same_training(tmp_path):
