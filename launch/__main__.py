@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from launch import cli
+from launch import cli, usage
 from launch import stacks as launch_stacks
 from launch.errors import LaunchError, launch_error
 
@@ -190,9 +190,9 @@ def _write(output: cli.Output) -> None:
     print(f"wrote {output.path}", file=sys.stderr)
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = cli.PROG) -> int:
     try:
-        action = cli.parse(sys.argv[1:] if argv is None else list(argv), os.environ)
+        action = cli.parse(sys.argv[1:] if argv is None else list(argv), os.environ, prog)
         if isinstance(action, cli.Output):
             _write(action)
             return 0
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
         return execute(action.plan)
     except LaunchError as err:
         # One line whatever the message holds (values are repr()-escaped already).
-        print("python -m launch: error: " + str(err).replace("\n", " "), file=sys.stderr)
+        print(usage.error_line(prog, err), file=sys.stderr)
         return 2
 
 

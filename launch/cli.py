@@ -11,7 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig
+from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig, usage
 from launch import stacks as launch_stacks
 from launch.argv import normalize_flag_names
 from launch.errors import LaunchError, launch_error
@@ -39,9 +39,8 @@ class Launch:
     as_json: bool = False
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise LaunchError(f"{self.prog}: {message}. Example: see `{self.prog} --help`")
+class _Parser(usage.Parser):
+    error_type = LaunchError
 
 
 def _add(parser, *names, **kwargs):
@@ -185,8 +184,11 @@ def _sub(subs, name: str, help_text: str, **kwargs):
                            **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m launch", description="Plan and start horovod_train "
+PROG = "python -m launch"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Plan and start horovod_train "
                      "jobs: horovodrun, mpirun, srun, sbatch scripts and TF_CONFIG.\n"
                      "The training command goes after '--'. Flags take dashes or "
                      "underscores alike (--dry-run = --dry_run).", epilog=EPILOG,
@@ -327,17 +329,18 @@ def _hosts_text(args, environ) -> str:
             + format_openmpi_hostfile(hosts))
 
 
-def parse(argv: list[str], environ) -> Output | Launch | launch_stacks.StacksRequest:
+def parse(argv: list[str], environ,
+          prog: str = PROG) -> Output | Launch | launch_stacks.StacksRequest:
     """Turns command-line words into an Output, a Launch or a request for stacks; raises
     LaunchError."""
     options, command = _split_command(normalize_flag_names(list(argv)))
-    args = build_parser().parse_args(options)
+    args = build_parser(prog).parse_args(options)
     needs_command = args.subcommand in ("run", "print", "slurm")
     if needs_command and not command:
-        raise launch_error(f"python -m launch {args.subcommand}", None,
+        raise launch_error(f"{prog} {args.subcommand}", None,
                            "the training command after '--'", COMMAND_EXAMPLE)
     if not needs_command and command is not None:
-        raise launch_error(f"python -m launch {args.subcommand}", command,
+        raise launch_error(f"{prog} {args.subcommand}", command,
                            "no command ('--' is for run, print and slurm)",
                            "python -m launch tf-config --hostfile F --index 0")
     if args.subcommand in ("run", "print"):

@@ -21,6 +21,7 @@ from horovod_train.plan.recommend import (HOROVOD_BUILDS, OBJECTIVES, PlanReques
                                            evaluate_all, recommend)
 from horovod_train.plan import plot, report
 from launch import horovod_build
+from launch import usage
 from launch.argv import normalize_flag_names
 
 
@@ -29,14 +30,15 @@ from launch.argv import normalize_flag_names
 ALIASES = {"--batch_per_gpu": "--batch_size"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):             # one line, raised instead of sys.exit
-        raise PlanError(f"plan: {message}. Fix: see `python -m horovod_train plan --help`")
+class _Parser(usage.Parser):             # one line, raised instead of sys.exit
+    error_type = PlanError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # No abbreviations: the trainer's absl flags take none, so neither does the planner.
-    p = _Parser(prog="python -m horovod_train plan", allow_abbrev=False,
+PROG = "horovod_train plan"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog,
                 description="Predict memory, step time, scaling efficiency, hours, GPU-hours "
                             "and cost of data-parallel training before renting the cluster.")
     p.add_argument("--model", required=True, help="a trainer model (" + ", ".join(
@@ -226,10 +228,10 @@ def _refuse_old_names(argv: list[str]) -> None:
                              f"pass {RENAMED[old]} instead")
 
 
-def run(argv: list[str], out=None) -> int:
+def run(argv: list[str], out=None, prog: str = PROG) -> int:
     out = out or sys.stdout
     _refuse_old_names(argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     req = request_from_args(args)
     a = Assumptions()
     calib = calibrate(args.calibrate, req, a) if args.calibrate else Calibration()
@@ -250,11 +252,11 @@ def run(argv: list[str], out=None) -> int:
     return 0 if any(r.fits for r in rows) else 1
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], prog: str = PROG) -> int:
     try:
-        return run(normalize_flag_names(list(argv)))
+        return run(normalize_flag_names(list(argv)), prog=prog)
     except PlanError as err:            # bad input: one line, no traceback
-        print(f"error: {err}", file=sys.stderr)
+        print(usage.error_line(prog, err), file=sys.stderr)
         return 2
     except SystemExit as done:          # --help
         return int(done.code or 0)
