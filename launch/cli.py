@@ -134,7 +134,8 @@ def _run_flags(parser):
 def _env_flags(group) -> None:
     _add(group, "--env", action="append", default=[], metavar="NAME=VALUE")
     _add(group, "-x", "--forward", action="append", default=[], metavar="NAME",
-         help="also forward NAME (HOROVOD_*, NCCL_*, TF_*, PYTHON*, OMP_* always are)")
+         help="also forward NAME (HOROVOD_*, NCCL_*, OMP_* always are, and the TF_ and "
+              "PYTHON names TensorFlow and Python read: launch/envvars.py)")
     _add(group, "--cores_per_host", type=_whole,
          help="set threads per rank to cores/ranks (default on localhost: this machine's)")
     _add(group, "--no_share_cores", action="store_true", help="do not set thread defaults")

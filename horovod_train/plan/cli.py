@@ -16,7 +16,7 @@ from horovod_train.plan.calibrate import calibrate
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
                                      WIRE_BYTES, Assumptions, Calibration)
 from horovod_train.plan.errors import PlanError, plan_error
-from horovod_train.plan.models import TRAINER_MODELS, get_model
+from horovod_train.plan.models import TRAINER_MODELS, get_model, trainer_verdict
 from horovod_train.plan.recommend import (HOROVOD_BUILDS, OBJECTIVES, PlanRequest,
                                            evaluate_all, recommend)
 from horovod_train.plan import plot, report
@@ -161,6 +161,20 @@ def _nodes(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(nodes)))
 
 
+def length_source(args, model) -> str:
+    """Which flag set the training length, said in the plan (--train_samples wins)."""
+    if args.train_samples is not None:
+        ignored = (f"; --epochs {args.epochs:g} ignored: pass one of them"
+                   if args.epochs is not None else "")
+        return f"length: --train_samples {args.train_samples:,.0f} samples{ignored}"
+    if args.epochs is None:
+        return "length: none given (--epochs or --train_samples)"
+    size = args.dataset_size or model.dataset_size
+    whose = "--dataset_size" if args.dataset_size else "the model's dataset"
+    return (f"length: --epochs {args.epochs:g} x {size:,} samples ({whose}) = "
+            f"{args.epochs * size:,.0f} samples")
+
+
 def _train_samples(args, model) -> float | None:
     if args.train_samples is not None:
         return args.train_samples
@@ -243,10 +257,12 @@ def run(argv: list[str], out=None, prog: str = PROG) -> int:
         except ImportError as err:
             raise plan_error("--plot", args.plot, "matplotlib installed",
                              "pip install matplotlib, or drop --plot") from err
+    said = {"length": length_source(args, req.model), "trainer": trainer_verdict(args.model)}
     if args.json:
-        out.write(json.dumps(report.to_dict(req, rows, rec, a, calib), indent=2) + "\n")
+        out.write(json.dumps({**report.to_dict(req, rows, rec, a, calib), **said},
+                             indent=2) + "\n")
     else:
-        out.write(report.to_text(req, rows, rec, a, calib))
+        out.write(report.to_text(req, rows, rec, a, calib, ["; ".join(said.values())]))
         if args.plot:
             out.write(f"plot: {args.plot}\n")
     return 0 if any(r.fits for r in rows) else 1

@@ -340,3 +340,21 @@ def test_help_says_the_default_is_the_trainers_overlap(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "as horovod_train does" not in out and "the most exposed comm" in out
     assert "the trainer's flag and its default on GPU hosts (4): > 0 plans the allreduce overlapping" in out
+
+
+def test_the_plan_says_which_length_it_used_and_whether_the_trainer_trains_it(capsys):
+    """Issue 45: --train_samples wins over --epochs, and the plan says so; a model the
+    trainer's zoo lacks (GPT-2 medium) is planned, and the plan says the trainer cannot."""
+    base = ["--gpu", "a100-80gb", "--global_batch", "64"]
+    assert main(["--model", "gpt2-medium", *base, "--epochs", "3", "--train_samples",
+                 "1e9"]) == 0
+    out = capsys.readouterr().out
+    assert ("length: --train_samples 1,000,000,000 samples; --epochs 3 ignored: pass one of "
+            "them; trainer: cannot train gpt2-medium, which is not in its zoo") in out
+    assert main(["--model", "gpt2-small", *base, "--epochs", "2", "--dataset_size", "1000",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["length"] == ("length: --epochs 2 x 1,000 samples (--dataset_size) = "
+                              "2,000 samples")
+    assert plan["trainer"] == "trainer: horovod_train train --model decoder_lm_124m trains it"
+    assert plan["train_samples"] == 2000
