@@ -186,6 +186,26 @@ def _end_run(err: BaseException, data_dir: str | None):
     _leave(1, "error: the run failed with the exception above (exit 1)", traceback_of=err)
 
 
+def check(argv: list[str], prog: str = "horovod_train check") -> int:
+    """`horovod_train check [training flags]`: the trainer's own parse and validation,
+    without training or TensorFlow; prints the command's facts as one JSON line
+    (horovod_train/precheck.py). `python -m launch slurm` runs it at render time."""
+    import json
+    from horovod_train import precheck
+    from horovod_train.data import options
+    ht_flags.define_flags()
+    rest = _parse([prog, *argv])
+    if len(rest) > 1:
+        _fail(f"unexpected arguments {rest[1:]!r}; flags look like --name=value")
+    try:
+        with options.paths_elsewhere():  # the data may live on the compute nodes only
+            config = ht_flags.config_from_flags(FLAGS)
+    except UsageError as err:
+        _fail(str(err))
+    print(json.dumps(precheck.facts(config)))
+    return 0
+
+
 def train(argv: list[str], prog: str = "horovod_train") -> int:
     """`horovod_train train ARGV`: absl's app with our parser; ends the process."""
     ht_flags.define_flags()

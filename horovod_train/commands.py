@@ -29,6 +29,8 @@ class Subcommand:
 SUBCOMMANDS = (
     Subcommand("train", "horovod_train.__main__:train",
                "train a model on every rank (horovodrun, mpirun, srun or one process)"),
+    Subcommand("check", "horovod_train.__main__:check",
+               "validate training flags without training (launch slurm runs it first)"),
     Subcommand("plan", "horovod_train.plan.cli:main",
                "predict memory, step time, scaling efficiency and cost before renting GPUs"),
     Subcommand("data", "horovod_train.data.__main__:main",

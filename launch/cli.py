@@ -11,7 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig, usage
+from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig, trainer_check, usage
 from launch import stacks as launch_stacks
 from launch.argv import normalize_flag_names
 from launch.errors import LaunchError, launch_error
@@ -287,8 +287,9 @@ def launch_spec(args, command) -> spec.LaunchSpec:
         horovod=knobs, ephemeral_ports=ports.read_ephemeral_range())
 
 
-def _slurm_job(args, command) -> sbatch.SlurmJob:
-    return sbatch.SlurmJob(
+def _slurm_job(args, command, facts: trainer_check.TrainerFacts) -> sbatch.SlurmJob:
+    return sbatch.SlurmJob(checked=facts.checked, stop_grace_s=facts.stop_grace_s,
+        checkpoint_bytes=facts.checkpoint_bytes,
         backend=args.backend, command=tuple(command), nodes=args.nodes,
         gpus_per_node=args.gpus_per_node, tasks_per_node=args.tasks_per_node,
         cpus_per_task=args.cpus_per_task, partition=args.partition, time=args.time,
@@ -330,10 +331,11 @@ def _hosts_text(args, environ) -> str:
             + format_openmpi_hostfile(hosts))
 
 
-def parse(argv: list[str], environ,
-          prog: str = PROG) -> Output | Launch | launch_stacks.StacksRequest:
+def parse(argv: list[str], environ, prog: str = PROG,
+          check=None) -> Output | Launch | launch_stacks.StacksRequest:
     """Turns command-line words into an Output, a Launch or a request for stacks; raises
-    LaunchError."""
+    LaunchError. `check(command) -> TrainerFacts` validates slurm's training command
+    (launch/__main__.py passes the one that runs `horovod_train check`); None: unchecked."""
     options, command = _split_command(normalize_flag_names(list(argv)))
     args = build_parser(prog).parse_args(options)
     needs_command = args.subcommand in ("run", "print", "slurm")
@@ -349,7 +351,8 @@ def parse(argv: list[str], environ,
         dry = args.subcommand == "print" or args.dry_run
         return Launch(plan, dry_run=dry, as_json=args.json)
     if args.subcommand == "slurm":
-        return Output(sbatch.render_sbatch(_slurm_job(args, command)), args.output)
+        facts = check(command) if check is not None else trainer_check.TrainerFacts()
+        return Output(sbatch.render_sbatch(_slurm_job(args, command, facts)), args.output)
     if args.subcommand == "tf-config":
         return Output(_tf_config_text(args))
     if args.subcommand == "stacks":

@@ -46,7 +46,7 @@ def test_help_lists_every_subcommand_on_one_line_each(capsys):
     code, out, _ = front("--help", capsys=capsys)
     assert code == 0
     listed = re.findall(r"^  (\w+)  +(\S.*)$", out.split("train flags:")[0], re.M)
-    assert [name for name, _ in listed] == ["train", "plan", "data", "report", "launch"]
+    assert [name for name, _ in listed] == ["train", "check", "plan", "data", "report", "launch"]
     assert all(len(summary) > 20 for _, summary in listed)
     assert "\nmodel: " in out  # then the trainer's flags, as `python -m horovod_train --help`
 
