@@ -14,7 +14,7 @@ import sys
 from horovod_train import metrics
 from horovod_train.errors import UsageError, usage_error
 from horovod_train.observe import baseline
-from horovod_train.observe.observer import BREAKDOWN_PARTS, traced
+from horovod_train.observe.observer import BREAKDOWN_PARTS, RENAMED_PARTS, traced
 from launch import usage
 from launch.argv import normalize_flag_names
 
@@ -55,7 +55,7 @@ def load_run(path: str) -> Run:
             except ValueError:
                 continue  # a line cut by a crash: skip it, keep the rest
     starts = [r for r in records if r.get("kind") == "start"]
-    by_step = {r["step"]: r for r in records if r.get("kind") == "train"}  # resumes overwrite
+    by_step = {r["step"]: _renamed(r) for r in records if r.get("kind") == "train"}  # resumes overwrite
     summary = None
     summary_path = os.path.join(path, "summary.json")
     if os.path.isfile(summary_path):
@@ -63,6 +63,14 @@ def load_run(path: str) -> Run:
             summary = json.load(f)
     return Run(path, starts[-1] if starts else {}, [by_step[s] for s in sorted(by_step)],
                [r for r in records if r.get("kind") == "eval"], summary)
+
+
+def _renamed(record: dict) -> dict:
+    """A train record under today's part names (older runs wrote "guard")."""
+    parts = record.get("seconds_per_step", {})
+    if any(old in parts for old in RENAMED_PARTS):
+        record["seconds_per_step"] = {RENAMED_PARTS.get(k, k): v for k, v in parts.items()}
+    return record
 
 
 def steady(train: list) -> list:
