@@ -12,14 +12,13 @@ at a step boundary, the chief writes a checkpoint, and they exit 143 before Slur
 cancel the job "DUE TO TIME LIMIT" (which the output must therefore not say).
 """
 import json
-import re
 import sys
 import time
 
-import pytest
-
 import slurm_fixture
 from helpers import run_cli
+# The one-node cluster fixture and the job helpers of the Slurm scenarios (issue 42's).
+from test_slurm_local import ACTIVE, STOPPED, _state, _steps, one_node  # noqa: F401
 
 STEPS = 3000
 # digits_cnn on one rank, slowed to ~50 steps/s by a 20 ms delay before each step: the
@@ -28,28 +27,8 @@ FLAGS = [f"--max_steps={STEPS}", "--epochs=1000", "--checkpoint_every=100", "--b
          "--optimizer=sgd", "--learning_rate=0.05", "--intra_op_threads=1",
          "--eval_every_epochs=0", "--log_every=100", "--stop_grace_s=20",
          "--inject_delay=step:0.02@0"]
-SIGNAL_S = 35
-STOPPED = re.compile(r"stopped on SIGTERM at step (\d+), after writing a checkpoint there")
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+SIGNAL_S = 35  # --stop_grace_s 20 + 15 s to exit (launch/sbatch.py, signal_seconds)
 JOB_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="module")
-def one_node():
-    cluster = slurm_fixture.start(1)
-    try:
-        yield cluster
-    finally:
-        slurm_fixture.stop(cluster)
-
-
-def _steps(ckpt) -> list[int]:
-    return sorted(int(path.name[len("ckpt-"):]) for path in ckpt.glob("ckpt-*"))
-
-
-def _state(cluster, job_id: str, cwd) -> str:
-    proc = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"], cwd=cwd, timeout=60)
-    return proc.stdout.strip()
 
 
 def _wait(what: str, condition, tmp_path, timeout=JOB_TIMEOUT_S) -> float:
