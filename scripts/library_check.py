@@ -10,6 +10,7 @@ as ours does. Nothing here is imported by the package.
 import argparse
 import io
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -88,9 +89,9 @@ def tables_match() -> str:
         from tabulate import tabulate
     except ImportError:
         return "tabulate not installed"
-    columns = list(rows[0])
-    cells = [[report._cell(c, r.get(c)) for c in columns] for r in rows]  # noqa: SLF001
-    theirs = tabulate(cells, headers=columns, tablefmt="simple", stralign="right",
+    # The same header and cells as ours (split at our column gaps of 2+ spaces).
+    lines = [re.split(r"\s{2,}", line.strip()) for line in ours.splitlines()]
+    theirs = tabulate(lines[2:], headers=lines[0], tablefmt="simple", stralign="right",
                       disable_numparse=True)
     return "identical" if theirs == ours else f"differs:\n{theirs}\n--- ours:\n{ours}"
 
