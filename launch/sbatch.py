@@ -57,6 +57,17 @@ def signal_seconds(stop_grace_s: float, checkpoint_bytes: int | None) -> int:
     return min(MAX_SIGNAL_S, math.ceil(max(stop_grace_s, write_s) + EXIT_MARGIN_S))
 
 
+def time_seconds(text: str) -> int:
+    """Slurm's --time (a _TIME match: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        parts = (parts + [0, 0])[:3]
+        return int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    minutes_first = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    return sum(p * unit for p, unit in zip(parts, minutes_first))
+
+
 def signal_notes(job) -> list[str]:
     """Why the script's --signal says N, and what to fix when the stop cannot fit."""
     n = signal_seconds(job.stop_grace_s, job.checkpoint_bytes)
@@ -137,6 +148,12 @@ def _sbatch_lines(job: SlurmJob) -> list[str]:
         if not isinstance(job.time, str) or not _TIME.match(job.time):
             raise launch_error("--time", job.time, "minutes, HH:MM:SS or D-HH:MM:SS",
                                "--time 04:00:00")
+        early = signal_seconds(job.stop_grace_s, job.checkpoint_bytes)
+        if time_seconds(job.time) <= early:
+            raise launch_error("--time", job.time, f"more than the {early} s before its end at "
+                               "which Slurm signals the ranks to checkpoint and stop (else "
+                               "they are told to stop as they start)",
+                               f"--time {early // 60 + 2} (minutes), or a lower --stop_grace_s")
         lines.append(("time", job.time))
     for key, value, example in (("partition", job.partition, "gpu"),
                                 ("account", job.account, "proj123")):

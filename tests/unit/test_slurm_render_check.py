@@ -91,3 +91,23 @@ def test_signal_seconds_and_a_check_that_cannot_run():
     assert sbatch.signal_seconds(1e9, None) == sbatch.MAX_SIGNAL_S
     with pytest.raises(LaunchError, match="horovod_train importable by this Python"):
         trainer_check.read_answer(1, "", "ModuleNotFoundError: No module named 'absl'")
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 5400), ("2:30", 150), ("01:02:03", 3723), ("1-02", 93600), ("1-02:03", 93780),
+    ("1-02:03:04", 93784)])
+def test_slurm_time_in_seconds(text, seconds):
+    assert sbatch.time_seconds(text) == seconds
+
+
+def test_a_time_limit_shorter_than_the_early_signal_is_refused(tmp_path, capsys):
+    out = tmp_path / "job.sbatch"
+    code = launch_main(["slurm", "--nodes", "1", "--time", "1", "-o", str(out), "--",
+                        *TRAINER])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert err.startswith("python -m launch: error: --time: received '1'; expected more than "
+                          "the 75 s before its end"), err
+    code = launch_main(["slurm", "--nodes", "1", "--time", "1", "-o", str(out), "--", *TRAINER,
+                        "--stop_grace_s=20"])
+    assert code == 0 and "#SBATCH --signal=TERM@35\n" in out.read_text()
