@@ -1,11 +1,13 @@
-"""`python -m horovod_train [flags]` - the training program every rank runs.
+"""`horovod_train train [flags]` - the training program every rank runs.
 
-`python -m horovod_train plan ...` is the cluster planner (TF-free).
+`python -m horovod_train [flags]` and `horovod_train [flags]` are the same; the other
+subcommands (plan, data, report, launch) are horovod_train/commands.py's.
 Bad input exits with code 2 and one line on stderr, never a traceback.
 --help lists our flags by heading (horovod_train.flags.help_text) without importing
 TensorFlow; --helpfull adds absl's own.
 """
 import os
+import re
 import sys
 
 from absl import app, flags
@@ -13,6 +15,7 @@ from absl import app, flags
 from horovod_train import console
 from horovod_train import flags as ht_flags
 from horovod_train.errors import UsageError
+from launch import usage
 from launch.argv import normalize_flag_names
 
 FLAGS = flags.FLAGS
@@ -37,8 +40,23 @@ def _parse(argv):
     _answer_help(argv)
     try:
         return FLAGS(argv)
+    except flags.UnrecognizedFlagError as err:
+        name = "--" + err.flagname
+        known = ["--" + known_name for known_name in FLAGS]
+        _fail(f"{name}: received an unknown flag; expected a flag that `horovod_train train "
+              f"--help` lists. Fix: {usage.did_you_mean(name, known)}see that list")
     except flags.Error as err:
-        _fail(f"{err}. Fix: see 'python -m horovod_train --help'")
+        _fail(_flag_error(str(err)))
+
+
+def _flag_error(text: str) -> str:
+    """absl's `flag --x=v: why` in the project's format (launch/usage.py)."""
+    found = re.match(r"flag --(\w+)=(.*?): (.*)$", text)
+    if not found or found.group(1) not in FLAGS:
+        return f"{text}; expected what `horovod_train train --help` lists. Fix: see that list"
+    name, value, why = found.groups()
+    return (f"--{name}: received {value!r} ({why}); expected a value of type "
+            f"{FLAGS[name].flag_type()}. Fix: see `horovod_train train --help`")
 
 
 def _absl_negations(argv: list[str]) -> list[str]:
@@ -168,12 +186,37 @@ def _end_run(err: BaseException, data_dir: str | None):
     _leave(1, "error: the run failed with the exception above (exit 1)", traceback_of=err)
 
 
-def run_main():
-    if len(sys.argv) > 1 and sys.argv[1] == "plan":
-        from horovod_train.plan.cli import main as plan_main
-        sys.exit(plan_main(sys.argv[2:]))
+def check(argv: list[str], prog: str = "horovod_train check") -> int:
+    """`horovod_train check [training flags]`: the trainer's own parse and validation,
+    without training or TensorFlow; prints the command's facts as one JSON line
+    (horovod_train/precheck.py). `python -m launch slurm` runs it at render time."""
+    import json
+    from horovod_train import precheck
+    from horovod_train.data import options
     ht_flags.define_flags()
-    app.run(main, flags_parser=_parse)
+    rest = _parse([prog, *argv])
+    if len(rest) > 1:
+        _fail(f"unexpected arguments {rest[1:]!r}; flags look like --name=value")
+    try:
+        with options.paths_elsewhere():  # the data may live on the compute nodes only
+            config = ht_flags.config_from_flags(FLAGS)
+    except UsageError as err:
+        _fail(str(err))
+    print(json.dumps(precheck.facts(config)))
+    return 0
+
+
+def train(argv: list[str], prog: str = "horovod_train") -> int:
+    """`horovod_train train ARGV`: absl's app with our parser; ends the process."""
+    ht_flags.define_flags()
+    app.run(main, argv=[prog, *argv], flags_parser=_parse)
+    return 0
+
+
+def run_main():
+    """The console script `horovod-train` (kept for older installs): the front door."""
+    from horovod_train import commands
+    commands.main()
 
 
 if __name__ == "__main__":

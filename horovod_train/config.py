@@ -245,7 +245,7 @@ class RuntimeConfig:
         "take longer: they run in rounds, each a collective. One process has no peers and "
         "no such bound.")
     stop_grace_s: float = option(
-        60.0, "On SIGTERM every rank stops at the next step boundary and the chief writes a "
+        contract.DEFAULT_STOP_GRACE_S, "On SIGTERM every rank stops at the next step boundary and the chief writes a "
         "checkpoint (exit 143); after this many seconds without one, the rank ends anyway.")
     mwms_port_base: int = option(contract.DEFAULT_MWMS_PORT_BASE, "mwms: worker ports when "
                                  "TF_CONFIG is derived (base + local rank, as launch/).")

@@ -81,11 +81,11 @@ def planned(local_rank: int, local_size: int, gpus: int, elastic: bool = False,
     allowed = set(os.sched_getaffinity(0) if allowed is None else allowed)
     online = os.cpu_count() if online is None else online
     if len(allowed) < (online or 0):
-        return None, f"CPUs {_span(allowed)} (bound by the launcher)"
+        return None, f"CPU{_s(allowed)} {_span(allowed)} (bound by the launcher)"
     cpus = share(physical_cores(allowed, sysfs), local_rank, local_size)
     if cpus is None:
         return None, f"not bound (fewer cores than the {local_size} ranks on this host)"
-    return cpus, f"CPUs {_span(cpus)} (local rank {local_rank} of {local_size})"
+    return cpus, f"bound to CPU{_s(cpus)} {_span(cpus)} (local rank {local_rank} of {local_size})"
 
 
 def bind_process(cpus) -> None:
@@ -98,6 +98,10 @@ def bind_process(cpus) -> None:
             os.sched_setaffinity(int(tid), cpus)
         except (ProcessLookupError, FileNotFoundError):
             pass  # the thread ended meanwhile
+
+
+def _s(cpus) -> str:
+    return "s" if len(cpus) > 1 else ""
 
 
 def _span(cpus) -> str:

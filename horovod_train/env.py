@@ -206,8 +206,8 @@ def _slurm_list(env, name: str) -> list:
     try:
         return expand(env[name], where=name)
     except LaunchError as err:
-        # "NAME: received ...; expected ... Example: ..." from the one parser of launch/.
-        expected = str(err).partition("; expected ")[2].partition(". Example: ")[0]
+        # "NAME: received ...; expected ... Fix: ..." from the one parser of launch/.
+        expected = str(err).partition("; expected ")[2].partition(". Fix: ")[0]
         raise _bad_variable(name, env[name], expected or "a Slurm list") from None
 
 

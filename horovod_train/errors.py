@@ -7,6 +7,8 @@ was received, what was expected, and the exact fix.
 import math
 import numbers
 
+from launch.usage import did_you_mean  # stdlib only, as this module is
+
 
 class UsageError(ValueError):
     """Bad user input; str(err) is the whole one-line message."""
@@ -57,7 +59,9 @@ def write_error(flag: str, path: str, err: OSError, fix: str | None = None) -> U
 
 
 def check_choice(what: str, value, choices) -> None:
+    """A value from a fixed list; a near miss gets "did you mean" (launch/usage.py)."""
     if value not in choices:
         listed = ", ".join(sorted(choices))
+        hint = did_you_mean(value, sorted(choices), lambda c: f"{what}={c}")
         raise usage_error(what, value, f"one of: {listed}",
-                          f"pass {what}=<one of {listed}>")
+                          f"{hint}pass {what}=<one of {listed}>")

@@ -176,8 +176,8 @@ def reference() -> dict[str, list[FlagDoc]]:
 
 
 _USAGE = """\
-USAGE: python -m horovod_train [flags]      train (the same: horovod-train [flags])
-       python -m horovod_train plan --help  the cluster planner
+USAGE: horovod_train train [flags]   (also: horovod_train [flags], python -m horovod_train [flags])
+       horovod_train --help         every subcommand: train, plan, data, report, launch
 
 Flags take dashes or underscores alike (--batch-size=64 is --batch_size=64); a boolean
 --x is switched off with --nox. --helpfull adds absl's own flags (logging, debugging).

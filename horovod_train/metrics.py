@@ -48,7 +48,8 @@ class IntervalMeter:
     started: float = dataclasses.field(default_factory=time.perf_counter)
     excluded_s: float = 0.0
     sync_s: float = 0.0  # waiting for the other ranks at the interval's metrics gather
-    guard_s: float = 0.0  # comparing the ranks' weights (divergence.py), when it ran
+    divergence_s: float = 0.0  # comparing the ranks' weights (divergence.py), when it ran
+    divergence_traced: bool = False  # that was the first check: it includes its tracing
     # A step of this interval traced or compiled a function: its rate is set-up cost,
     # not throughput (no efficiency, and Throughput leaves it out).
     traced: bool = False
@@ -78,7 +79,7 @@ class IntervalMeter:
         return max(now - self.started - self.excluded_s, self._measured())
 
     def _measured(self) -> float:
-        return self.data_s + self.step_s + self.sync_s + self.guard_s
+        return self.data_s + self.step_s + self.sync_s + self.divergence_s
 
     def rank_row(self, now: float) -> list[float]:
         """This rank's [mean loss, samples/s] for the interval (gathered to every rank)."""
@@ -87,13 +88,13 @@ class IntervalMeter:
     def seconds_per_step(self, parts: dict | None, now: float) -> dict:
         """Mean seconds per step: data wait, the step split by `parts` (each part's
         seconds in a sampled split step; None before the first sample: one "step"
-        part), sync, the divergence guard (when it ran) and other (the rest). They add
+        part), sync, the divergence check (when it ran) and other (the rest). They add
         up to the wall time per step."""
         n = max(self.steps, 1)
         out = {"data": self.data_s / n, **split_step(parts or {"step": 1.0}, self.step_s / n)}
         out["sync"] = self.sync_s / n
-        if self.guard_s:  # only intervals that held a check: the guard's cost, shown
-            out["guard"] = self.guard_s / n
+        if self.divergence_s:  # only intervals that held a check: its cost, shown
+            out["divergence"] = self.divergence_s / n
         out["other"] = max(self.wall(now) - self._measured(), 0.0) / n
         return out
 
@@ -158,7 +159,7 @@ class Throughput:
     Definition: the samples trained in the logging intervals that did not trace or
     compile anything, over those intervals' wall time (each interval from its first
     step to its log call: data waits, steps, time between steps and the divergence
-    guard included; evaluation and one-time graph inspection excluded). Tracing is a
+    divergence check included; evaluation and one-time graph inspection excluded). Tracing is a
     one-off a user does not pay again per epoch, so it is left out; a run whose every
     interval traced (a very short one) counts them all rather than report nothing.
     One rank's figure; a run's is the sum over its ranks."""
@@ -209,11 +210,16 @@ def shares(per_step: dict) -> dict:
 def format_line(step: int, max_steps: int, loss: float, samples_per_sec: float,
                 breakdown: dict, per_rank: float | None = None,
                 efficiency: float | None = None, eta: str | None = None,
-                traced: bool = False) -> str:
-    shares_text = " ".join(f"{k} {100 * v:.0f}%" for k, v in breakdown.items())
+                traced: bool = False, notes: dict | None = None) -> str:
+    """The interval line; `notes` adds a word to a part (the first divergence check's
+    tracing), and an efficiency above 100% says what that means."""
+    notes = notes or {}
+    shares_text = " ".join(f"{k} {100 * v:.0f}%" + (f" ({notes[k]})" if k in notes else "")
+                           for k, v in breakdown.items())
     extra = [f"{per_rank:.0f}/rank"] if per_rank is not None else []
     if efficiency is not None:
-        extra.append(f"efficiency {100 * efficiency:.0f}%")
+        above = ": each rank faster than the 1-rank run" if efficiency > 1.005 else ""
+        extra.append(f"efficiency {100 * efficiency:.0f}%{above}")
     if traced:  # why this interval's rate is low and has no efficiency
         extra.append("includes tracing")
     rate = f"{samples_per_sec:.0f} samples/s" + (f" ({', '.join(extra)})" if extra else "")

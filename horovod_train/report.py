@@ -14,8 +14,15 @@ import sys
 from horovod_train import metrics
 from horovod_train.errors import UsageError, usage_error
 from horovod_train.observe import baseline
-from horovod_train.observe.observer import BREAKDOWN_PARTS, traced
+from horovod_train.observe.observer import BREAKDOWN_PARTS, RENAMED_PARTS, traced
+from launch import usage
 from launch.argv import normalize_flag_names
+
+PROG = "horovod_train.report"
+
+
+class _Parser(usage.Parser):
+    error_type = UsageError
 
 
 @dataclasses.dataclass
@@ -48,7 +55,7 @@ def load_run(path: str) -> Run:
             except ValueError:
                 continue  # a line cut by a crash: skip it, keep the rest
     starts = [r for r in records if r.get("kind") == "start"]
-    by_step = {r["step"]: r for r in records if r.get("kind") == "train"}  # resumes overwrite
+    by_step = {r["step"]: _renamed(r) for r in records if r.get("kind") == "train"}  # resumes overwrite
     summary = None
     summary_path = os.path.join(path, "summary.json")
     if os.path.isfile(summary_path):
@@ -56,6 +63,14 @@ def load_run(path: str) -> Run:
             summary = json.load(f)
     return Run(path, starts[-1] if starts else {}, [by_step[s] for s in sorted(by_step)],
                [r for r in records if r.get("kind") == "eval"], summary)
+
+
+def _renamed(record: dict) -> dict:
+    """A train record under today's part names (older runs wrote "guard")."""
+    parts = record.get("seconds_per_step", {})
+    if any(old in parts for old in RENAMED_PARTS):
+        record["seconds_per_step"] = {RENAMED_PARTS.get(k, k): v for k, v in parts.items()}
+    return record
 
 
 def steady(train: list) -> list:
@@ -168,25 +183,25 @@ def write_plots(runs: list, out_dir: str) -> list[str]:
     return written
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    # The project's one spelling: dashes in names mean underscores, and no abbreviations
-    # (the trainer's absl flags take none).
-    parser = argparse.ArgumentParser(prog="python -m horovod_train.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     allow_abbrev=False)
+def parse_args(argv=None, prog: str = PROG) -> argparse.Namespace:
+    # The project's one spelling: dashes in names mean underscores (launch/argv.py).
+    parser = _Parser(prog=prog, description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", help="where scaling.png goes (default: the runs' common parent)")
     parser.add_argument("--no_plots", action="store_true", help="print the table only")
     return parser.parse_args(normalize_flag_names(sys.argv[1:] if argv is None else list(argv)))
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(argv=None, prog: str = PROG) -> int:
     try:
+        args = parse_args(argv, prog)
         runs = [load_run(p) for p in args.run_dirs]
     except UsageError as err:
-        print(f"horovod_train.report: error: {err}", file=sys.stderr)
+        print(usage.error_line(prog, err), file=sys.stderr)
         return 2
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
     print(format_table(table_rows(runs)))
     if not args.no_plots:
         out = args.out or os.path.commonpath([os.path.abspath(r.path) for r in runs])

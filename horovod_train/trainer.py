@@ -315,13 +315,14 @@ class Trainer:
             with self.watchdog.where.entering("the ranks' weight check", self.global_step):
                 rows = divergence.check(self.backend, self.model.trainable_variables,
                                         self.global_step, where)
-        finally:  # the breakdown shows what the guard costs ("guard")
-            self.meter.guard_s += time.perf_counter() - started
+        finally:  # the breakdown shows what the check costs ("divergence")
+            self.meter.divergence_s += time.perf_counter() - started
         if rows is None:  # one rank: nothing to compare
             return
         # The first check traces the checksum and its gather (~0.2 s for digits_cnn, 20 of
         # its steps): like a step's tracing, set-up that the run does not pay again.
         self.meter.traced |= not self.divergence_checks
+        self.meter.divergence_traced |= not self.divergence_checks
         if not self.divergence_checks:  # once, to show the guard is on; then silent
             every = self.options.divergence_check_steps
             logging.info("divergence | weights identical on %d ranks at %s (checked at epoch "
@@ -357,6 +358,7 @@ class Trainer:
         self.observer.interval({
             "step": self.global_step, "total_steps": self.total, "steps": m.steps,
             "loss": loss, "samples_per_sec": float(rows[:, 1].sum()), "traced": m.traced,
+            "divergence_traced": m.divergence_traced,
             "samples_per_sec_per_rank": [float(r) for r in rows[:, 1]],
             # Seconds a step each rank waited for the slowest (who: slowest_rank).
             "wait_s_per_rank": waited, "slowest_rank": slowest if len(rows) > 1 else None,

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from launch import cli
+from launch import cli, trainer_check, usage
 from launch import stacks as launch_stacks
 from launch.errors import LaunchError, launch_error
 
@@ -177,6 +177,24 @@ def execute(plan) -> int:
             signal.signal(sig, handler)
 
 
+def check_training(command) -> trainer_check.TrainerFacts:
+    """The training command parsed and validated by the trainer's own flags, in a
+    subprocess (launch/trainer_check.py says why); a command that is not the trainer's
+    is not checked."""
+    flags = trainer_check.trainer_flags(command)
+    if flags is None:
+        return trainer_check.TrainerFacts()
+    try:
+        done = subprocess.run(trainer_check.check_argv(flags), capture_output=True, text=True,
+                              timeout=trainer_check.TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env=trainer_check.check_env(os.environ))
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise launch_error("the training command's check (horovod_train check)", str(err),
+                           f"an answer within {trainer_check.TIMEOUT_S} s",
+                           "run the launcher with the Python that has horovod_train") from None
+    return trainer_check.read_answer(done.returncode, done.stdout, done.stderr)
+
+
 def _write(output: cli.Output) -> None:
     if output.path is None:
         sys.stdout.write(output.text)
@@ -190,9 +208,10 @@ def _write(output: cli.Output) -> None:
     print(f"wrote {output.path}", file=sys.stderr)
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = cli.PROG) -> int:
     try:
-        action = cli.parse(sys.argv[1:] if argv is None else list(argv), os.environ)
+        action = cli.parse(sys.argv[1:] if argv is None else list(argv), os.environ, prog,
+                           check=check_training)
         if isinstance(action, cli.Output):
             _write(action)
             return 0
@@ -205,7 +224,7 @@ def main(argv=None) -> int:
         return execute(action.plan)
     except LaunchError as err:
         # One line whatever the message holds (values are repr()-escaped already).
-        print("python -m launch: error: " + str(err).replace("\n", " "), file=sys.stderr)
+        print(usage.error_line(prog, err), file=sys.stderr)
         return 2
 
 

@@ -11,7 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig
+from launch import contract, ports, sbatch, slurm_nodes, spec, tfconfig, trainer_check, usage
 from launch import stacks as launch_stacks
 from launch.argv import normalize_flag_names
 from launch.errors import LaunchError, launch_error
@@ -39,9 +39,8 @@ class Launch:
     as_json: bool = False
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise LaunchError(f"{self.prog}: {message}. Example: see `{self.prog} --help`")
+class _Parser(usage.Parser):
+    error_type = LaunchError
 
 
 def _add(parser, *names, **kwargs):
@@ -135,7 +134,8 @@ def _run_flags(parser):
 def _env_flags(group) -> None:
     _add(group, "--env", action="append", default=[], metavar="NAME=VALUE")
     _add(group, "-x", "--forward", action="append", default=[], metavar="NAME",
-         help="also forward NAME (HOROVOD_*, NCCL_*, TF_*, PYTHON*, OMP_* always are)")
+         help="also forward NAME (HOROVOD_*, NCCL_*, OMP_* always are, and the TF_ and "
+              "PYTHON names TensorFlow and Python read: launch/envvars.py)")
     _add(group, "--cores_per_host", type=_whole,
          help="set threads per rank to cores/ranks (default on localhost: this machine's)")
     _add(group, "--no_share_cores", action="store_true", help="do not set thread defaults")
@@ -185,8 +185,11 @@ def _sub(subs, name: str, help_text: str, **kwargs):
                            **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m launch", description="Plan and start horovod_train "
+PROG = "python -m launch"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Plan and start horovod_train "
                      "jobs: horovodrun, mpirun, srun, sbatch scripts and TF_CONFIG.\n"
                      "The training command goes after '--'. Flags take dashes or "
                      "underscores alike (--dry-run = --dry_run).", epilog=EPILOG,
@@ -284,8 +287,9 @@ def launch_spec(args, command) -> spec.LaunchSpec:
         horovod=knobs, ephemeral_ports=ports.read_ephemeral_range())
 
 
-def _slurm_job(args, command) -> sbatch.SlurmJob:
-    return sbatch.SlurmJob(
+def _slurm_job(args, command, facts: trainer_check.TrainerFacts) -> sbatch.SlurmJob:
+    return sbatch.SlurmJob(checked=facts.checked, stop_grace_s=facts.stop_grace_s,
+        checkpoint_bytes=facts.checkpoint_bytes,
         backend=args.backend, command=tuple(command), nodes=args.nodes,
         gpus_per_node=args.gpus_per_node, tasks_per_node=args.tasks_per_node,
         cpus_per_task=args.cpus_per_task, partition=args.partition, time=args.time,
@@ -327,17 +331,19 @@ def _hosts_text(args, environ) -> str:
             + format_openmpi_hostfile(hosts))
 
 
-def parse(argv: list[str], environ) -> Output | Launch | launch_stacks.StacksRequest:
+def parse(argv: list[str], environ, prog: str = PROG,
+          check=None) -> Output | Launch | launch_stacks.StacksRequest:
     """Turns command-line words into an Output, a Launch or a request for stacks; raises
-    LaunchError."""
+    LaunchError. `check(command) -> TrainerFacts` validates slurm's training command
+    (launch/__main__.py passes the one that runs `horovod_train check`); None: unchecked."""
     options, command = _split_command(normalize_flag_names(list(argv)))
-    args = build_parser().parse_args(options)
+    args = build_parser(prog).parse_args(options)
     needs_command = args.subcommand in ("run", "print", "slurm")
     if needs_command and not command:
-        raise launch_error(f"python -m launch {args.subcommand}", None,
+        raise launch_error(f"{prog} {args.subcommand}", None,
                            "the training command after '--'", COMMAND_EXAMPLE)
     if not needs_command and command is not None:
-        raise launch_error(f"python -m launch {args.subcommand}", command,
+        raise launch_error(f"{prog} {args.subcommand}", command,
                            "no command ('--' is for run, print and slurm)",
                            "python -m launch tf-config --hostfile F --index 0")
     if args.subcommand in ("run", "print"):
@@ -345,7 +351,8 @@ def parse(argv: list[str], environ) -> Output | Launch | launch_stacks.StacksReq
         dry = args.subcommand == "print" or args.dry_run
         return Launch(plan, dry_run=dry, as_json=args.json)
     if args.subcommand == "slurm":
-        return Output(sbatch.render_sbatch(_slurm_job(args, command)), args.output)
+        facts = check(command) if check is not None else trainer_check.TrainerFacts()
+        return Output(sbatch.render_sbatch(_slurm_job(args, command, facts)), args.output)
     if args.subcommand == "tf-config":
         return Output(_tf_config_text(args))
     if args.subcommand == "stacks":

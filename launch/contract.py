@@ -25,6 +25,9 @@ ENV_HOSTS = "HOROVOD_TRAIN_HOSTS"  # "h1:2,h2:2": hosts and slots, ranks fill th
 ENV_MWMS_PORT_BASE = "HOROVOD_TRAIN_MWMS_PORT_BASE"  # mwms worker i listens on base + local rank
 ENV_TF_WORKERS = "HOROVOD_TRAIN_TF_WORKERS"  # sbatch: the quoted worker list for TF_CONFIG
 DEFAULT_MWMS_PORT_BASE = 12345  # outside a Slurm job; inside one, see slurm_port_base
+# The trainer's --stop_grace_s default: seconds from SIGTERM to a checkpoint at a step
+# boundary; sbatch scripts ask Slurm to signal at least this long before the time limit.
+DEFAULT_STOP_GRACE_S = 60.0
 ENV_TF_CONFIG = "TF_CONFIG"  # tf.distribute's own: the cluster and this worker's index
 
 # ---- who started the ranks (horovod_train.env reads each one's variables) ----

@@ -14,9 +14,21 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Remote ranks need Horovod/NCCL/TF tuning, the same Python (PYTHONPATH, PYTHONHASHSEED...)
 # and the same OpenMP threading as the launch shell; PATH and LD_LIBRARY_PATH make the
-# remote side find the same interpreter and CUDA libraries.
-FORWARD_PREFIXES = ("HOROVOD_", "NCCL_", "TF_", "PYTHON", "OMP_")
-FORWARD_ALWAYS = ("PATH", "LD_LIBRARY_PATH")
+# remote side find the same interpreter and CUDA libraries. A prefix is forwarded whole
+# only where one library owns it. TF_ and PYTHON are shared (Terraform's TF_CLI_CONFIG_FILE,
+# TF_VAR_*, TF_LOG; other tools' PYTHON...): from those, only the names TensorFlow and
+# Python read. TF_CONFIG is per worker: the launcher sets it, never forwards it.
+FORWARD_PREFIXES = ("HOROVOD_", "NCCL_", "OMP_")
+FORWARD_ALWAYS = (
+    "PATH", "LD_LIBRARY_PATH",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONFAULTHANDLER",
+    "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
+    "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE", "TF_ENABLE_ONEDNN_OPTS",
+    "TF_XLA_FLAGS", "TF_GPU_ALLOCATOR", "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_THREAD_MODE",
+    "TF_GPU_THREAD_COUNT", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC",
+    "TF_USE_LEGACY_KERAS", "TF_DUMP_GRAPH_PREFIX", "KERAS_BACKEND",
+    contract.ENV_TF_INTRAOP_THREADS, contract.ENV_TF_INTEROP_THREADS, "TF_CPU_ALLOCATOR_USE_BFC",
+)
 
 
 def check_env_name(name, where: str) -> str:

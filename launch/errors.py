@@ -2,7 +2,8 @@
 
 A LaunchError is bad user input found before anything is started. `python -m launch`
 prints str(err) on one line and exits 2, so every message must stand alone: where the
-problem is (file:line or flag), what was received, what was expected, and an example.
+problem is (file:line or flag), what was received, what was expected, and the fix by
+example (the project's one format: launch/usage.py).
 """
 
 
@@ -18,7 +19,7 @@ def _show(value) -> str:
 
 
 def launch_error(where: str, received, expected: str, example: str) -> LaunchError:
-    """Builds `WHERE: received R; expected E. Example: X` as a LaunchError; received None
+    """Builds `WHERE: received R; expected E. Fix: e.g. X` as a LaunchError; received None
     (nothing was given) reads `WHERE: not given; ...`, never "received None"."""
     got = "not given" if received is None else f"received {_show(received)}"
-    return LaunchError(f"{where}: {got}; expected {expected}. Example: {example}")
+    return LaunchError(f"{where}: {got}; expected {expected}. Fix: e.g. {example}")

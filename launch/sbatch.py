@@ -5,6 +5,7 @@ shlex.quote: #SBATCH values (which sbatch, not bash, parses) are restricted to a
 character set that shlex.quote leaves unchanged, and every exported value and every
 word of the training command is quoted. The templates' own shell code is fixed text.
 """
+import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -41,6 +42,53 @@ _MWMS_TASK = (f'export {contract.ENV_TF_CONFIG}="{{\\"cluster\\":{{\\"worker\\":
               '\\"task\\":{\\"type\\":\\"worker\\",\\"index\\":${SLURM_PROCID}}}"; exec "$@"')
 
 
+# The early signal (#SBATCH --signal=TERM@N, no "B:", so it reaches every rank of the job
+# steps, not the batch shell): at the time limit Slurm sends SIGTERM and, KillWait later
+# (30 s by default), SIGKILL, too soon for a checkpoint the trainer may take up to
+# --stop_grace_s to write. N covers the longer of --stop_grace_s and the checkpoint's
+# write at WRITE_BYTES_PER_S (a cautious shared filesystem), plus EXIT_MARGIN_S to exit.
+WRITE_BYTES_PER_S = 100e6
+EXIT_MARGIN_S = 15
+MAX_SIGNAL_S = 65535  # Slurm's limit for sig_time
+
+
+def signal_seconds(stop_grace_s: float, checkpoint_bytes: int | None) -> int:
+    write_s = (checkpoint_bytes or 0) / WRITE_BYTES_PER_S
+    return min(MAX_SIGNAL_S, math.ceil(max(stop_grace_s, write_s) + EXIT_MARGIN_S))
+
+
+def time_seconds(text: str) -> int:
+    """Slurm's --time (a _TIME match: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        parts = (parts + [0, 0])[:3]
+        return int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    minutes_first = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    return sum(p * unit for p, unit in zip(parts, minutes_first))
+
+
+def signal_notes(job) -> list[str]:
+    """Why the script's --signal says N, and what to fix when the stop cannot fit."""
+    n = signal_seconds(job.stop_grace_s, job.checkpoint_bytes)
+    notes = [f"# Early signal: Slurm sends SIGTERM to every rank {n} s before --time ends, so they",
+             "# stop at a step boundary and write a checkpoint before the limit, and this file",
+             "# submitted again resumes there. N: the longer of --stop_grace_s "
+             f"({job.stop_grace_s:g} s)"]
+    if job.checkpoint_bytes is not None:
+        write_s = job.checkpoint_bytes / WRITE_BYTES_PER_S
+        notes.append(f"# and the checkpoint's write (about {job.checkpoint_bytes / 1e9:.2g} GB "
+                     f"at {WRITE_BYTES_PER_S / 1e6:g} MB/s: {write_s:.0f} s)")
+        if write_s > job.stop_grace_s:
+            notes.append(f"# warning: --stop_grace_s {job.stop_grace_s:g} is shorter than that "
+                         "write: raise it, or the stop may end without a checkpoint.")
+    notes.append(f"# + {EXIT_MARGIN_S} s to exit. (Slurm may send it up to 60 s earlier.)")
+    if not job.checked:
+        notes.append("# The command is not horovod_train's trainer: not checked, and the "
+                     "trainer's default --stop_grace_s assumed.")
+    return notes
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     backend: str
@@ -62,6 +110,11 @@ class SlurmJob:
     nccl_ib_hca: str | None = None
     nccl_socket_ifname: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    # From the training command's check (launch/trainer_check.py): checked is False for a
+    # command that is not the trainer.
+    checked: bool = False
+    stop_grace_s: float = contract.DEFAULT_STOP_GRACE_S
+    checkpoint_bytes: int | None = None
 
 
 def _sbatch_value(value, flag: str, example: str) -> str:
@@ -95,16 +148,23 @@ def _sbatch_lines(job: SlurmJob) -> list[str]:
         if not isinstance(job.time, str) or not _TIME.match(job.time):
             raise launch_error("--time", job.time, "minutes, HH:MM:SS or D-HH:MM:SS",
                                "--time 04:00:00")
+        early = signal_seconds(job.stop_grace_s, job.checkpoint_bytes)
+        if time_seconds(job.time) <= early:
+            raise launch_error("--time", job.time, f"more than the {early} s before its end at "
+                               "which Slurm signals the ranks to checkpoint and stop (else "
+                               "they are told to stop as they start)",
+                               f"--time {early // 60 + 2} (minutes), or a lower --stop_grace_s")
         lines.append(("time", job.time))
     for key, value, example in (("partition", job.partition, "gpu"),
                                 ("account", job.account, "proj123")):
         if value is not None:
             lines.append((key, _sbatch_value(value, f"--{key}", example)))
     lines.append(("output", _sbatch_value(job.output, "--output_pattern", "%x-%j.out")))
+    lines.append(("signal", f"TERM@{signal_seconds(job.stop_grace_s, job.checkpoint_bytes)}"))
     rendered = [f"#SBATCH --{key}={value}" for key, value in lines]
     if job.exclusive:
         rendered.append("#SBATCH --exclusive")
-    return rendered + list(RELAUNCH)
+    return rendered + list(RELAUNCH) + signal_notes(job)
 
 
 def _nccl_lines(job: SlurmJob) -> list[str]:

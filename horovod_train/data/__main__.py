@@ -10,7 +10,14 @@ import sys
 
 from horovod_train import console
 from horovod_train.errors import UsageError
+from launch import usage
 from launch.argv import normalize_flag_names
+
+PROG = "horovod_train.data"
+
+
+class _Parser(usage.Parser):
+    error_type = UsageError
 
 
 def _shape(text: str) -> tuple:
@@ -18,12 +25,10 @@ def _shape(text: str) -> tuple:
     return parse_shape(text)
 
 
-def _parser() -> argparse.ArgumentParser:
-    # No abbreviations (the trainer's absl flags take none); each subparser needs it too.
-    parser = argparse.ArgumentParser(prog="python -m horovod_train.data", allow_abbrev=False)
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog)
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("convert", help="numpy / image folders / text -> TFRecord or LMDB",
-                       allow_abbrev=False)
+    c = sub.add_parser("convert", help="numpy / image folders / text -> TFRecord or LMDB")
     c.add_argument("--input", required=True, help=".npz, .txt, a folder of .txt, or class folders")
     c.add_argument("--output_dir", required=True)
     c.add_argument("--format", default="tfrecord", help="tfrecord or lmdb")
@@ -38,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--overwrite", action="store_true")
     c.add_argument("--no_progress", action="store_true")
     v = sub.add_parser("verify", help="read, parse and decode every record once (every "
-                       "encoded image too); report counts and damage", allow_abbrev=False)
+                       "encoded image too); report counts and damage")
     v.add_argument("--data_dir", required=True)
     v.add_argument("--skip_corrupt", action="store_true", help="count damage instead of failing")
     return parser
@@ -81,23 +86,25 @@ def _verify(args) -> None:
           f"{source.input_shape}, {source.num_classes} classes, {source.skipped} skipped")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, prog: str = PROG) -> argparse.Namespace:
     """Dashes in flag names mean underscores, as in every tool of the project."""
-    return _parser().parse_args(normalize_flag_names(
+    return _parser(prog).parse_args(normalize_flag_names(
         sys.argv[1:] if argv is None else list(argv)))
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(argv=None, prog: str = PROG) -> int:
     try:
+        args = parse_args(argv, prog)
         # TF's C++ start-up lines (console.STARTUP_NOISE) come out while TF loads.
         with console.startup_filter():
             import tensorflow as tf  # loaded here, inside the filter, with its CUDA probe
             tf.config.list_physical_devices("GPU")
         _convert(args) if args.command == "convert" else _verify(args)
     except UsageError as err:
-        print(f"horovod_train.data: error: {err}", file=sys.stderr)
+        print(usage.error_line(prog, err), file=sys.stderr)
         return 2
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
     return 0
 
 

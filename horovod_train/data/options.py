@@ -4,10 +4,26 @@ Lives next to the sources (not in config.py) so the rules sit with the code that
 relies on them; DataConfig.__post_init__ calls validate() so a bad value fails
 before TensorFlow is imported.
 """
+import contextlib
+import contextvars
 import os
 
 from horovod_train import fs
 from horovod_train.errors import usage_error
+
+# False while a command is checked on another machine than the one it will run on
+# (`horovod_train check`, which `python -m launch slurm` runs on a login node): its local
+# paths may exist only on the compute nodes, so their existence is not checked there.
+_PATHS_HERE = contextvars.ContextVar("paths_here", default=True)
+
+
+@contextlib.contextmanager
+def paths_elsewhere():
+    token = _PATHS_HERE.set(False)
+    try:
+        yield
+    finally:
+        _PATHS_HERE.reset(token)
 
 NEEDS_DATA_DIR = ("tfrecord", "lmdb")
 # Sources whose --data_dir must be on this machine's disk, and why.
@@ -48,7 +64,8 @@ def _check_data_dir(dc) -> None:
         _check_local("--data_dir", dc.data_dir, "pycorpus",
                      "build it on local disk (pass a local --data_dir), copy it, and read "
                      "the copy with --dataset=tfrecord")
-    if dc.data_dir and fs.is_local(dc.data_dir) and not fs.isdir(dc.data_dir):
+    if dc.data_dir and fs.is_local(dc.data_dir) and _PATHS_HERE.get() and \
+            not fs.isdir(dc.data_dir):
         raise usage_error("--data_dir", dc.data_dir, "an existing directory",
                           "create it or fix the path (bundled sets need no --data_dir)")
 
@@ -56,7 +73,7 @@ def _check_data_dir(dc) -> None:
 def _check_cache(cache: str) -> None:
     """A local file prefix needs its directory; a URL's is the filesystem's to refuse
     (an object store has no directories before its objects)."""
-    if cache in ("", "memory") or not fs.is_local(cache):
+    if cache in ("", "memory") or not fs.is_local(cache) or not _PATHS_HERE.get():
         return
     parent = os.path.dirname(fs.absolute(cache))
     if not fs.isdir(parent):

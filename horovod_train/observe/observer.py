@@ -18,7 +18,31 @@ from horovod_train.observe.straggler import StragglerWatch, wait_scalars, wait_t
 from horovod_train.observe.writer import BackgroundWriter
 
 METRICS_FILE = "metrics.jsonl"
-BREAKDOWN_PARTS = ("data", "compute", "comm", "optimizer", "step", "sync", "guard", "other")
+# The breakdown's parts, in order, and what each one is: the console's legend line, the
+# plots and docs/observability.md use these names and words (so do TensorBoard's tags,
+# breakdown/<part>_ms, and the records' seconds_per_step).
+PART_MEANINGS = {
+    "data": "waiting for the next batch",
+    "compute": "forward and backward",
+    "comm": "the allreduce not hidden behind backprop",
+    "optimizer": "unscale, finite check, apply",
+    "step": "the whole step, before a sampled step splits it",
+    "sync": "waiting for the slowest rank",
+    "divergence": "the cross-rank weight check (--divergence_check_steps), the first one "
+                  "with its one-time tracing",
+    "other": "the rest (logging, checkpoints)",
+}
+BREAKDOWN_PARTS = tuple(PART_MEANINGS)
+EFFICIENCY_MEANING = ("efficiency: samples/s over ranks x the 1-rank run's; above 100%, "
+                      "each rank beat the 1-rank run")
+# Parts records written before a part was renamed still carry: the new name of each.
+RENAMED_PARTS = {"guard": "divergence"}
+
+
+def legend() -> str:
+    """The line printed once, before the first interval line: every part and figure."""
+    parts = "; ".join(f"{part}: {meaning}" for part, meaning in PART_MEANINGS.items())
+    return f"legend | {parts} | {EFFICIENCY_MEANING}"
 # Fixed tag sets (a part or figure not measured this interval is written as nothing),
 # so TensorBoard's write function is compiled once per set, at start-up.
 TRAIN_TAGS = ("train/loss", "train/learning_rate", "train/loss_scale",
@@ -80,6 +104,7 @@ class ChiefObserver(NullObserver):
         self.progress = progress.Progress(obs.progress, total_steps)
         self.started = time.perf_counter()
         self._steady_seen = False  # an interval that traced nothing was logged
+        self._legend_shown = False
         self.straggler = StragglerWatch(world_size)
         self.train_tags = TRAIN_TAGS + wait_tags(world_size)
         self._jsonl = self._tb = self._writer = None
@@ -142,6 +167,9 @@ class ChiefObserver(NullObserver):
         record.update(kind="train", efficiency=self._efficiency(record), step_s=step_s,
                       eta_s=remaining * step_s, time_s=time.perf_counter() - self.started)
         self._steady_seen |= not record["traced"]
+        if not self._legend_shown:
+            self.progress.note(legend())
+            self._legend_shown = True
         per_rank = record["samples_per_sec_per_rank"]
         from horovod_train import metrics
         line = metrics.format_line(
@@ -149,7 +177,8 @@ class ChiefObserver(NullObserver):
             metrics.shares(record["seconds_per_step"]),
             per_rank=sum(per_rank) / len(per_rank) if self.world_size > 1 else None,
             efficiency=record["efficiency"], eta=progress.format_eta(record["eta_s"]),
-            traced=record["traced"])
+            traced=record["traced"], notes={"divergence": "first check, includes tracing"}
+            if record.get("divergence_traced") else None)
         self.progress.line(line, record["step"], record["samples_per_sec"], step_s)
         lagging = self.straggler.add(record)
         if lagging:

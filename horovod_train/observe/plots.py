@@ -14,7 +14,7 @@ from horovod_train.observe.observer import traced  # noqa: E402
 
 COLORS = {"data": "tab:orange", "compute": "tab:blue", "comm": "tab:red",
           "optimizer": "tab:green", "step": "tab:purple", "sync": "tab:pink",
-          "guard": "tab:olive", "other": "tab:gray"}
+          "divergence": "tab:olive", "other": "tab:gray"}
 MIN_FONT_PT = 9
 # Every text size set explicitly: matplotlib's "small" (8.3 pt) is below the floor.
 STYLE = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 10,
@@ -80,16 +80,20 @@ def throughput(runs, path: str) -> str:
 
 
 def breakdown_figure(run):
-    """Milliseconds per step of each part, stacked, per logging interval; the intervals
-    that traced are shaded and left out of the axis range."""
+    """Milliseconds per step of each part, stacked, per logging interval: each interval's
+    value is drawn flat over the steps it covers (after the previous interval's last step,
+    up to its own), so a part measured in one interval only (a divergence check) stands
+    over that interval's steps alone. The intervals that traced are shaded and left out of
+    the axis range."""
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(8, 4))
         steps = [r["step"] for r in run.train]
         parts = [p for p in COLORS if any(p in r["seconds_per_step"] for r in run.train)]
         stacks = [[1000 * r["seconds_per_step"].get(p, 0.0) for r in run.train] for p in parts]
         if steps:
-            ax.stackplot(steps, stacks, labels=parts, colors=[COLORS[p] for p in parts],
-                         alpha=0.85)
+            first = steps[0] - run.train[0].get("steps", steps[0])
+            ax.stackplot([first] + steps, [[s[0]] + s for s in stacks], labels=parts,
+                         colors=[COLORS[p] for p in parts], alpha=0.85, step="pre")
             totals = [sum(col) for col in zip(*stacks)]
             compiling = [i for i, r in enumerate(run.train) if traced(r, i)]
             for n, i in enumerate(compiling):

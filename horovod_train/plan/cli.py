@@ -16,11 +16,12 @@ from horovod_train.plan.calibrate import calibrate
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
                                      WIRE_BYTES, Assumptions, Calibration)
 from horovod_train.plan.errors import PlanError, plan_error
-from horovod_train.plan.models import TRAINER_MODELS, get_model
+from horovod_train.plan.models import TRAINER_MODELS, get_model, trainer_verdict
 from horovod_train.plan.recommend import (HOROVOD_BUILDS, OBJECTIVES, PlanRequest,
                                            evaluate_all, recommend)
 from horovod_train.plan import plot, report
 from launch import horovod_build
+from launch import usage
 from launch.argv import normalize_flag_names
 
 
@@ -29,14 +30,15 @@ from launch.argv import normalize_flag_names
 ALIASES = {"--batch_per_gpu": "--batch_size"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):             # one line, raised instead of sys.exit
-        raise PlanError(f"plan: {message}. Fix: see `python -m horovod_train plan --help`")
+class _Parser(usage.Parser):             # one line, raised instead of sys.exit
+    error_type = PlanError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # No abbreviations: the trainer's absl flags take none, so neither does the planner.
-    p = _Parser(prog="python -m horovod_train plan", allow_abbrev=False,
+PROG = "horovod_train plan"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog,
                 description="Predict memory, step time, scaling efficiency, hours, GPU-hours "
                             "and cost of data-parallel training before renting the cluster.")
     p.add_argument("--model", required=True, help="a trainer model (" + ", ".join(
@@ -159,6 +161,20 @@ def _nodes(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(nodes)))
 
 
+def length_source(args, model) -> str:
+    """Which flag set the training length, said in the plan (--train_samples wins)."""
+    if args.train_samples is not None:
+        ignored = (f"; --epochs {args.epochs:g} ignored: pass one of them"
+                   if args.epochs is not None else "")
+        return f"length: --train_samples {args.train_samples:,.0f} samples{ignored}"
+    if args.epochs is None:
+        return "length: none given (--epochs or --train_samples)"
+    size = args.dataset_size or model.dataset_size
+    whose = "--dataset_size" if args.dataset_size else "the model's dataset"
+    return (f"length: --epochs {args.epochs:g} x {size:,} samples ({whose}) = "
+            f"{args.epochs * size:,.0f} samples")
+
+
 def _train_samples(args, model) -> float | None:
     if args.train_samples is not None:
         return args.train_samples
@@ -226,10 +242,10 @@ def _refuse_old_names(argv: list[str]) -> None:
                              f"pass {RENAMED[old]} instead")
 
 
-def run(argv: list[str], out=None) -> int:
+def run(argv: list[str], out=None, prog: str = PROG) -> int:
     out = out or sys.stdout
     _refuse_old_names(argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     req = request_from_args(args)
     a = Assumptions()
     calib = calibrate(args.calibrate, req, a) if args.calibrate else Calibration()
@@ -241,20 +257,22 @@ def run(argv: list[str], out=None) -> int:
         except ImportError as err:
             raise plan_error("--plot", args.plot, "matplotlib installed",
                              "pip install matplotlib, or drop --plot") from err
+    said = {"length": length_source(args, req.model), "trainer": trainer_verdict(args.model)}
     if args.json:
-        out.write(json.dumps(report.to_dict(req, rows, rec, a, calib), indent=2) + "\n")
+        out.write(json.dumps({**report.to_dict(req, rows, rec, a, calib), **said},
+                             indent=2) + "\n")
     else:
-        out.write(report.to_text(req, rows, rec, a, calib))
+        out.write(report.to_text(req, rows, rec, a, calib, ["; ".join(said.values())]))
         if args.plot:
             out.write(f"plot: {args.plot}\n")
     return 0 if any(r.fits for r in rows) else 1
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], prog: str = PROG) -> int:
     try:
-        return run(normalize_flag_names(list(argv)))
+        return run(normalize_flag_names(list(argv)), prog=prog)
     except PlanError as err:            # bad input: one line, no traceback
-        print(f"error: {err}", file=sys.stderr)
+        print(usage.error_line(prog, err), file=sys.stderr)
         return 2
     except SystemExit as done:          # --help
         return int(done.code or 0)

@@ -183,6 +183,16 @@ NOT_PLANNABLE = {
 }
 
 
+def trainer_verdict(name: str) -> str:
+    """Whether `horovod_train train` can train the model the planner plans, and as what:
+    the planner also knows models the trainer's zoo does not have (BERT, GPT-2 medium...)."""
+    as_trainer = [t for t, spec in TRAINER_MODELS.items() if name in (t, spec)]
+    if as_trainer:
+        return f"trainer: horovod_train train --model {as_trainer[0]} trains it"
+    return (f"trainer: cannot train {name}, which is not in its zoo (planned for comparison "
+            "or your own script; its models: " + ", ".join(sorted(TRAINER_MODELS)) + ")")
+
+
 def known_models() -> list[str]:
     return sorted({*_RESNETS, *_CIFAR_RESNETS, *_SMALL, *_BERT, *_GPT, *TRAINER_MODELS,
                    _CUSTOM_GPT})

@@ -166,9 +166,11 @@ def _time_rows(req: PlanRequest, rows: list[Row], rec: Recommendation) -> list[l
 
 
 def to_text(req: PlanRequest, rows: list[Row], rec: Recommendation, a: Assumptions,
-            calib: Calibration) -> str:
+            calib: Calibration, said=()) -> str:
+    """`said`: lines the command line adds under the header (cli.py: the length's flag,
+    whether the trainer can train the model)."""
     lines = [f"warning: {w}" for w in warnings(req)]
-    lines += _header(req, a, calib) + ["", "Memory per GPU (GiB)"]
+    lines += _header(req, a, calib) + list(said) + ["", "Memory per GPU (GiB)"]
     lines += _table(["nodes", "GPUs", "batch/GPU", "params", "grads", "optim", "activ",
                      "wkspace", "total/cap", "fits"], _memory_rows(rows))
     lines += ["", "Time per optimizer step (ms); comm = exposed (busy); wait = stragglers + input; "

@@ -14,11 +14,12 @@ import sys
 
 import pytest
 
+import horovod_train
 from helpers import ROOT
 
 
-SOURCES = ("horovod_train", "models", "launch", "setup.cfg", "setup.py", "README.md",
-           "LICENSE", "MANIFEST.in")
+SOURCES = ("horovod_train", "models", "launch", "setup.cfg", "setup.py", "pyproject.toml",
+           "README.md", "LICENSE", "MANIFEST.in")
 
 
 def _run(args, cwd, env=None, timeout=600):
@@ -104,6 +105,18 @@ def test_trainer_help_lists_the_flags(user):
     for flag in ("--model", "--backend", "--epochs", "--batch_size", "--run_dir",
                  "--checkpoint_dir"):
         assert flag in proc.stdout, flag
+
+
+def test_the_front_door_lists_every_subcommand_and_its_version(user):
+    """Issue 45: `horovod_train` is installed by setup beside the older script names."""
+    bin_dir, env, cwd = user
+    proc = _checked([os.path.join(bin_dir, "horovod_train"), "--help"], cwd, env)
+    for command in ("train", "check", "plan", "data", "report", "launch"):
+        assert re.search(rf"^  {command}  +\S", proc.stdout, re.M), command
+    version = _checked([os.path.join(bin_dir, "horovod_train"), "--version"], cwd, env)
+    assert version.stdout == f"horovod_train {horovod_train.__version__}\n"
+    typo = _run([os.path.join(bin_dir, "horovod_train"), "lanch"], cwd, env)
+    assert typo.returncode == 2 and "did you mean launch" in typo.stderr
 
 
 def test_launcher_help_lists_its_commands(user):

@@ -40,7 +40,7 @@ def test_each_rank_and_all_its_threads_run_on_its_own_cores(tmp_path, controller
         assert r["sum"] == 2.0, r
         assert len(r["threads"]) > 3, r  # Horovod's and TF's threads are there to check
         assert all(m == r["mask"] for m in r["threads"].values()), r
-        assert r["said"].startswith("CPUs ") and f"local rank {r['local_rank']} of 2" in r["said"], r
+        assert r["said"].startswith("bound to CPU") and f"local rank {r['local_rank']} of 2" in r["said"], r
 
 
 @pytest.mark.skipif(len(HOST) < 2, reason=f"needs 2 CPUs; this process may use {HOST}")

@@ -63,7 +63,7 @@ def _plan(tmp_path, **kw):
 
 def test_planned_binds_an_unbound_rank(tmp_path):
     chosen, why = _plan(tmp_path)
-    assert chosen == (2, 3) and why == "CPUs 2-3 (local rank 1 of 2)"
+    assert chosen == (2, 3) and why == "bound to CPUs 2-3 (local rank 1 of 2)"
 
 
 @pytest.mark.parametrize("kw, reason", [

@@ -35,7 +35,7 @@ OUTSIDE_FLAGS = {
     "ntasks-per-node", "cpus-per-task", "gpus-per-node", "gpus-per-task", "distribution",
     "kill-on-bad-exit", "job-name", "nodes", "time", "partition", "output", "wait", "wrap",
     "ntasks", "nodelist", "export", "overlap", "exclusive", "preserve-env", "requeue",
-    "no-requeue", "open-mode",
+    "no-requeue", "open-mode", "signal",
     # Open MPI's configure
     "with-pmi", "with-pmix",
     # pip / python -m build / venv / apt

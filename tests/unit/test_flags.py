@@ -90,8 +90,18 @@ def test_a_bad_choice_is_one_line_with_the_fix(flag, value, listed):
         ht_flags.config_from_flags(fresh_flags(f"--{flag}={value}"))
     message = str(err.value)
     assert message.startswith(f"--{flag}: received {value!r}; expected one of: ")
-    assert listed in message and f"Fix: pass --{flag}=<one of " in message
+    assert listed in message and f"pass --{flag}=<one of " in message
     assert "\n" not in message
+
+
+def test_a_near_miss_choice_says_did_you_mean():
+    from horovod_train.errors import UsageError
+    with pytest.raises(UsageError) as err:
+        ht_flags.config_from_flags(fresh_flags("--model=resnet51"))
+    assert "Fix: did you mean --model=resnet50 or " in str(err.value)
+    with pytest.raises(UsageError) as err:
+        ht_flags.config_from_flags(fresh_flags("--backend=horovd"))
+    assert "Fix: did you mean --backend=horovod? Else pass --backend=<one of " in str(err.value)
 
 
 def test_defaults_build_the_default_config():

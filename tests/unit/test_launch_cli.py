@@ -129,16 +129,16 @@ def test_hostile_hostfile_is_rejected_and_nothing_runs(tmp_path, content, where)
     marker = tmp_path / "ran"
     result = launch("run", "--backend", "mwms", "--launcher", "local", "--hostfile",
                     str(hostfile), "--", "touch", str(marker))
-    line = assert_clean_error(result, f"{hostfile}{where}", "expected", "Example:")
+    line = assert_clean_error(result, f"{hostfile}{where}", "expected", "Fix: e.g.")
     assert line.startswith("python -m launch: error: ")
     assert not marker.exists()
 
 
 @pytest.mark.parametrize("args, fragment", [
     (["print", "-H", "localhost:2"], "the training command after '--'"),
-    (["print", "--backend", "tf", "--", *CMD], "invalid choice"),
+    (["print", "--backend", "tf", "--", *CMD], "--backend: received 'tf'; expected one of: "),
     (["print", "-np", "two", "--", *CMD], "whole number"),
-    (["print", "-H", "a:2", "--hostfile", "x", "--", *CMD], "not allowed with"),
+    (["print", "-H", "a:2", "--hostfile", "x", "--", *CMD], "expected one of them, not both"),
     (["print", "-H", "h1\nh2", "--", *CMD], "control character"),
     (["print", "-H", "localhost:2", "-np", "3", "--", *CMD], "at most 2"),
     (["print", "--env", "NOEQUALS", "-H", "a", "--", *CMD], "NAME=VALUE"),

@@ -60,6 +60,24 @@ def as_normal_user(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_readme_mpirun_block_as_root_and_as_a_user(monkeypatch, euid):
+    """The README's mpirun block is a normal user's plan, word for word; as root the only
+    differences are the ones the README names (issue 45)."""
+    from launch import cli
+    command, expected = next(p.values for p in examples() if "--launcher mpirun" in p.values[0]
+                             and "README" in p.id)
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    action = cli.parse(shlex.split(command)[3:], {"PATH": "/usr/bin:/bin",
+                                                  "PYTHONPATH": str(REPO)})
+    actual = cli.format_plan(action.plan)
+    if euid:
+        assert actual == expected
+    else:
+        assert actual != expected and as_normal_user(actual) == expected
+        assert actual.replace(" --allow-run-as-root", "") == expected
+
+
 def test_doc_error_example_is_the_real_message(tmp_path):
     (tmp_path / "hosts").write_text("n1\nn2\na;rm -rf / slots=2\n")
     result = run_launch(["hosts", "--hostfile", "hosts"], cwd=tmp_path)

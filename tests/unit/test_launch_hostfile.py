@@ -90,7 +90,7 @@ def test_hostile_or_wrong_lines_rejected_with_file_and_line(tmp_path, line, frag
     message = str(err.value)
     assert f"{path}:3" in message
     assert fragment in message
-    assert "expected" in message and "Example:" in message
+    assert "expected" in message and "Fix: e.g." in message
     assert "\n" not in message
 
 

@@ -120,6 +120,19 @@ def test_forwarded_names_by_prefix_always_and_explicit():
         forwarded_names({}, extra_names=["BAD NAME"])
 
 
+def test_shared_prefixes_forward_only_the_names_tensorflow_and_python_read():
+    """TF_ is Terraform's too (issue 45): its settings, and other tools' PYTHON* names,
+    stay on the launch host unless asked for with -x."""
+    terraform = {"TF_CLI_CONFIG_FILE": "/home/u/.terraformrc", "TF_VAR_region": "eu",
+                 "TF_LOG": "DEBUG", "TF_DATA_DIR": "/tmp/tf", "TF_CONFIG": "{}",
+                 "PYTHONANYWHERE_TOKEN": "t", "PYTHON_KEYRING_BACKEND": "k"}
+    read_by_tf = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2",
+                  "TF_NUM_INTRAOP_THREADS": "4", "PYTHONHASHSEED": "0", "KERAS_BACKEND": "x"}
+    names = forwarded_names({**terraform, **read_by_tf})
+    assert names == sorted(read_by_tf)
+    assert "TF_CLI_CONFIG_FILE" in forwarded_names(terraform, extra_names=["TF_CLI_CONFIG_FILE"])
+
+
 def test_cpu_sharing_defaults_and_user_override():
     from launch.horovod_build import PATCHED
     env = cpu_sharing_env(cores=16, ranks_per_host=4, build=PATCHED)

@@ -43,7 +43,7 @@ def test_bad_nodelists_rejected(text, fragment):
         expand_nodelist(text)
     assert str(err.value).startswith("SLURM_JOB_NODELIST")
     assert fragment in str(err.value)
-    assert "Example:" in str(err.value)
+    assert "Fix: e.g." in str(err.value)
 
 
 @pytest.mark.parametrize("text, expected", [

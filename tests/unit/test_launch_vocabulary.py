@@ -16,15 +16,15 @@ def error_of(*argv, environ=None) -> str:
 
 
 @pytest.mark.parametrize("argv, start, fix", [
-    (["print", "--", *CMD], "-np: not given; expected -np N, or hosts", "Example: -np 2"),
+    (["print", "--", *CMD], "-np: not given; expected -np N, or hosts", "Fix: e.g. -np 2"),
     (["tf-config", "--index", "0"], "--hostfile/-H: not given; expected a hostfile",
-     "Example: --hostfile hostfiles/localhost"),
+     "Fix: e.g. --hostfile hostfiles/localhost"),
     (["tf-config", "-H", "a:2"], "--index: not given; expected a worker index from 0 to 1",
-     "Example: --index 0"),
+     "Fix: e.g. --index 0"),
     (["print", "-np", "2"], "python -m launch print: not given; expected the training "
-     "command after '--'", "Example: -- python -m horovod_train"),
+     "command after '--'", "Fix: e.g. -- python -m horovod_train"),
     (["print", "-np", "2", "--"], "python -m launch print: not given; expected the training "
-     "command after '--'", "Example: -- python -m horovod_train"),
+     "command after '--'", "Fix: e.g. -- python -m horovod_train"),
 ])
 def test_a_missing_value_says_not_given_and_the_fix(argv, start, fix):
     message = error_of(*argv)
@@ -130,7 +130,7 @@ def test_nccl_debug_is_a_choice_flag_checked_in_one_place():
     from launch import sbatch
     help_text = _subparser("slurm").format_help()
     assert "{VERSION,WARN,INFO,TRACE}" in help_text
-    assert "invalid choice: 'LOUD'" in error_of("slurm", "--nodes", "1", "--gpus_per_node", "1",
+    assert "--nccl_debug: received 'LOUD'; expected one of: VERSION, WARN" in error_of("slurm", "--nodes", "1", "--gpus_per_node", "1",
                                                "--nccl_debug", "LOUD", "--", *CMD)
     job = sbatch.SlurmJob(backend="horovod", command=tuple(CMD), nodes=1, gpus_per_node=1,
                           nccl_debug="LOUD")

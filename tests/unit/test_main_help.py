@@ -156,5 +156,6 @@ def test_a_bad_value_names_the_flag_and_help(parse, capsys):
         parse("--batch-size=abc")
     assert code.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("horovod_train: error: flag --batch_size=abc: ")
-    assert err.endswith("Fix: see 'python -m horovod_train --help'") and "\n" not in err
+    assert err.startswith("horovod_train: error: --batch_size: received 'abc' (")
+    assert "; expected a value of type int" in err
+    assert err.endswith("Fix: see `horovod_train train --help`") and "\n" not in err

@@ -145,14 +145,15 @@ def test_observe_config_errors_are_one_line_fixes():
     assert cfg.RunConfig(summary_json="s.json").summary_path() == "s.json"
 
 
-def test_the_divergence_guard_is_its_own_part_of_the_breakdown():
-    """A check's time is shown as 'guard', not left in 'other' (where the parts would
-    no longer add up to the step); intervals without a check show no guard part."""
+def test_the_divergence_check_is_its_own_part_of_the_breakdown():
+    """A check's time is shown as 'divergence' (the flag's and the console's word), not
+    left in 'other' (where the parts would no longer add up to the step); intervals
+    without a check show no divergence part."""
     from horovod_train.metrics import IntervalMeter
     meter = IntervalMeter(started=0.0)
     meter.add(32, 0.1, 0.5, 1.0)
-    assert "guard" not in meter.seconds_per_step(None, now=0.6)
-    meter.guard_s = 0.3
+    assert "divergence" not in meter.seconds_per_step(None, now=0.6)
+    meter.divergence_s = 0.3
     parts = meter.seconds_per_step(None, now=0.9)
-    assert parts["guard"] == pytest.approx(0.3) and parts["other"] == pytest.approx(0.0)
+    assert parts["divergence"] == pytest.approx(0.3) and parts["other"] == pytest.approx(0.0)
     assert sum(parts.values()) == pytest.approx(0.9)

@@ -78,11 +78,12 @@ def test_the_report_has_no_comm_column_for_a_run_that_communicated_nothing(tmp_p
     assert "comm %" not in row and row["compute %"] == pytest.approx(90.0)
 
 
-def test_the_report_keeps_the_guard_part(tmp_path):
+@pytest.mark.parametrize("written_as", ["divergence", "guard"])  # "guard": older runs
+def test_the_report_keeps_the_divergence_part(tmp_path, written_as):
     records = _records([[50.0], [60.0]], [True, False])
-    records[1]["seconds_per_step"]["guard"] = 0.1
+    records[1]["seconds_per_step"][written_as] = 0.1
     row = report.table_rows([_write_run(str(tmp_path / "g"), records, 1)])[0]
-    assert row["guard %"] == pytest.approx(50.0)
+    assert row["divergence %"] == pytest.approx(50.0) and "guard %" not in row
     assert sum(v for k, v in row.items() if k.endswith(" %") and k != "efficiency %") == \
         pytest.approx(100.0)
 

@@ -62,7 +62,7 @@ def test_plot_without_matplotlib_is_a_clear_error(tmp_path, monkeypatch, capsys)
     (["--gpu", "a100-40gb", "--grad_accum_steps", "0"], "--grad_accum_steps"),
     (["--gpu", "a100-40gb", "--optimizer", "rmsprop"], "lamb"),
     (["--gpu", "v100-16gb", "--precision", "mixed_bfloat16"], "mixed_float16"),
-    (["--gpu", "a100-40gb", "--batch_per_gpu", "8"], "not allowed with"),
+    (["--gpu", "a100-40gb", "--batch_per_gpu", "8"], "expected one of them, not both"),
 ])
 def test_bad_input_is_one_line_and_exit_2(flags, needle, capsys):
     args = ["--model", "resnet50", "--global_batch", "256"] + flags
@@ -103,7 +103,7 @@ def test_module_entry_point_runs_without_tensorflow_or_horovod():
     bad = subprocess.run([sys.executable, "-m", "horovod_train.plan", "--model", "x",
                           "--gpu", "a100-40gb", "--global_batch", "8"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: --model")
+    assert bad.returncode == 2 and bad.stderr.startswith("horovod_train plan: error: --model")
 
 
 A100_FP32 = ["--model", "resnet50", "--global_batch", "2048", "--gpu", "a100-40gb",
@@ -192,7 +192,9 @@ def test_the_trainers_flag_names_with_dashes_or_underscores(capsys):
         err = capsys.readouterr().err
         assert old.replace("-", "_")[2:] in err and f"pass {new} instead" in err
     assert main(base + ["--fusion_threshold", "5"]) == 2       # no abbreviations, as absl
-    assert "unrecognized arguments: --fusion_threshold" in capsys.readouterr().err
+    assert ("--fusion_threshold: received an unknown flag; expected a flag that `horovod_train "
+            "plan --help` lists. Fix: did you mean --fusion_threshold_mb?"
+            ) in capsys.readouterr().err
 
 
 def test_no_message_says_received_none(capsys):
@@ -253,12 +255,13 @@ def test_the_old_name_and_dashes_stay_accepted(spelling, capsys):
 def test_batch_size_and_its_old_name_together_are_refused(capsys):
     assert main(WEAK + ["--batch_size", "64", "--batch_per_gpu", "32"]) == 2
     err = capsys.readouterr().err
-    assert "argument --batch_per_gpu: not allowed with argument --batch_size" in err
+    assert "--batch_per_gpu: received --batch_per_gpu with --batch_size; expected one of " \
+        "them" in err
 
 
 def test_bad_batch_size_names_the_trainers_flag(capsys):
     assert main(WEAK + ["--batch_per_gpu", "0"]) == 2
-    assert capsys.readouterr().err.startswith("error: --batch_size: received 0")
+    assert capsys.readouterr().err.startswith("horovod_train plan: error: --batch_size: received 0")
 
 
 def test_help_and_levers_speak_batch_size(capsys):
@@ -319,7 +322,7 @@ def test_the_default_is_the_trainers(capsys):
 def test_buckets_of_zero_and_overlap_contradict(capsys):
     assert main(OVERLAP_CASE + ["--allreduce_bucket_mb", "0", "--overlap"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --allreduce_bucket_mb: received '0 with --overlap'; "
+    assert err.startswith("horovod_train plan: error: --allreduce_bucket_mb: received '0 with --overlap'; "
                           "expected one of them")
     assert "Fix: drop --overlap" in err and "\n" not in err.strip()
 
@@ -328,7 +331,7 @@ def test_buckets_of_zero_and_overlap_contradict(capsys):
 def test_bad_bucket_sizes_are_refused(value, capsys):
     assert main(OVERLAP_CASE + ["--allreduce_bucket_mb", value]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --allreduce_bucket_mb: received")
+    assert err.startswith("horovod_train plan: error: --allreduce_bucket_mb: received")
     assert "Fix: pass --allreduce_bucket_mb 4 (the trainer's default), or 0" in err
 
 
@@ -337,3 +340,21 @@ def test_help_says_the_default_is_the_trainers_overlap(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "as horovod_train does" not in out and "the most exposed comm" in out
     assert "the trainer's flag and its default on GPU hosts (4): > 0 plans the allreduce overlapping" in out
+
+
+def test_the_plan_says_which_length_it_used_and_whether_the_trainer_trains_it(capsys):
+    """Issue 45: --train_samples wins over --epochs, and the plan says so; a model the
+    trainer's zoo lacks (GPT-2 medium) is planned, and the plan says the trainer cannot."""
+    base = ["--gpu", "a100-80gb", "--global_batch", "64"]
+    assert main(["--model", "gpt2-medium", *base, "--epochs", "3", "--train_samples",
+                 "1e9"]) == 0
+    out = capsys.readouterr().out
+    assert ("length: --train_samples 1,000,000,000 samples; --epochs 3 ignored: pass one of "
+            "them; trainer: cannot train gpt2-medium, which is not in its zoo") in out
+    assert main(["--model", "gpt2-small", *base, "--epochs", "2", "--dataset_size", "1000",
+                 "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["length"] == ("length: --epochs 2 x 1,000 samples (--dataset_size) = "
+                              "2,000 samples")
+    assert plan["trainer"] == "trainer: horovod_train train --model decoder_lm_124m trains it"
+    assert plan["train_samples"] == 2000
