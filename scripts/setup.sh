@@ -258,9 +258,16 @@ horovod_site() {
 }
 
 install_package() {
-  [[ -f $VENV/.package.stamp ]] && { log "horovod_train installed (editable)"; return; }
+  # The stamp is the packaging files' digest: a change to them (a new console script)
+  # re-installs, or an old venv would lack the new command.
+  local stamp_want
+  stamp_want=$(cd "$ROOT" && cat setup.cfg setup.py pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)
+  if [[ $(cat "$VENV/.package.stamp" 2>/dev/null || true) == "$stamp_want" ]]; then
+    log "horovod_train installed (editable)"
+    return
+  fi
   "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT" </dev/null
-  touch "$VENV/.package.stamp"
+  echo "$stamp_want" >"$VENV/.package.stamp"
 }
 
 main() {
