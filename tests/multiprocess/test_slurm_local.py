@@ -15,6 +15,7 @@ One node: the cluster's node is this machine, under its own hostname. Two nodes:
 n2, each slurmd in its own network namespace (tests/netns/topology.py), so ranks on
 different nodes talk over veth links, as on separate hosts.
 """
+import glob
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import time
 import pytest
 
 import slurm_fixture
-from helpers import ABSL_PREFIX, run_cli
+from helpers import ABSL_PREFIX, ROOT, run_cli
 from launch.ports import free_port_base
 from ranks import TRAIN, assert_ranks_identical, load_weights
 
@@ -250,6 +251,82 @@ def test_two_node_cluster_has_separate_tmpfs(two_nodes, tmp_path):
     assert sorted(proc.stdout.split()) == ["from-n1", "from-n2"], proc.stdout
     for node in ("n1", "n2"):
         assert os.listdir(os.path.join(two_nodes.state_dir, "tmp", node)) == [f"from-{node}"]
+
+
+# ------------------------------------------------------------- a live job's stacks, on 2 nodes
+
+# Rank 1 (on n2) sleeps 1 s before each step's collectives, so nearly always it is in that
+# sleep while rank 0 (on n1) waits in the step's allreduce. Training has begun when the
+# test asks, so at least 9 such steps (9 s) are left: more than a request takes (about 1 s;
+# 5 s if it is asked 3 times).
+LIVE_STEPS = 10
+LIVE_FLAGS = [f"--max_steps={LIVE_STEPS}", "--log_every=2", "--eval_every_epochs=0",
+              "--intra_op_threads=1", "--inject_delay=step:1@1"]
+LIVE_WAITING = re.compile(r"^rank 0: in the step's gradient allreduce \(step (\d+)[^)]*\) "
+                          r"for \d+ s, at (\S+):\d+ in \w+$", re.M)
+LIVE_SLEEPING = re.compile(r"^rank 1: not in a collective, at trainer\.py:\d+ in _one_step$",
+                           re.M)
+
+
+def _ask_live_stacks(cluster, run_dir, cwd) -> str:
+    """`python -m launch stacks` from the login node (it shares the run dir with n1 and n2),
+    asked again (3 times at most) until a dump catches rank 0 waiting for rank 1."""
+    for _ in range(3):
+        shown = cluster.run([sys.executable, "-m", "launch", "stacks", f"--run_dir={run_dir}"],
+                            cwd=cwd, timeout=120)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        if "rank 0 waits for rank 1" in shown.stdout:
+            break
+        time.sleep(1)
+    return shown.stdout
+
+
+def test_live_job_stacks_on_request_from_both_nodes(two_nodes, tmp_path):
+    """Issue 43 item 2 through a launcher's hosts: a 2-node job (rank 0 on n1, rank 1 on
+    n2, each node its own network namespace) started with --run_dir on the file system
+    both nodes share. `python -m launch stacks --run_dir D` run on the login node reaches
+    both ranks through D/stacks/REQUEST: each writes its stacks there, and the summary
+    names each rank's innermost frame of ours and the collective rank 0 waits in. The
+    job is still running after the request, then ends well."""
+    job, live = Job(tmp_path), tmp_path / "live"
+    script = _render(job, "horovod", 2, 1, train_argv=[
+        *TRAIN, *LIVE_FLAGS, f"--run_dir={live}", f"--summary_json={job.run_dir}/summary.json"])
+    waiter = two_nodes.popen(["sbatch", "--wait", script], cwd=tmp_path)
+    try:
+        for path in (live / "stacks" / "rank0.json", live / "stacks" / "rank1.json",
+                     live / "metrics.jsonl"):  # the last: training has begun
+            _wait(job, path.name, path.exists, lambda: waiter.poll() is None)
+        shown = _ask_live_stacks(two_nodes, live, tmp_path)
+        state = two_nodes.run(["squeue", "-h", "-o", "%T"], cwd=tmp_path, timeout=60).stdout
+        out, err = waiter.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if waiter.poll() is None:
+            two_nodes.cancel_all()
+            waiter.kill()
+            waiter.wait()
+    assert state.split() == ["RUNNING"], f"after the request: {state!r}\n{shown}"
+    assert waiter.returncode == 0, job.explain(f"sbatch --wait exited {waiter.returncode}: "
+                                               f"{out}{err}")
+
+    assert shown.startswith(f"stacks of the job in {live}, on request"), shown
+    waiting = LIVE_WAITING.search(shown)
+    assert waiting and LIVE_SLEEPING.search(shown), shown
+    assert "rank 0 waits for rank 1" in shown, shown
+    # Rank 0's frame is a file of this package, as rank 1's is (trainer.py).
+    assert glob.glob(os.path.join(ROOT, "horovod_train", "**", waiting.group(2)),
+                     recursive=True), shown
+    stacks = live / "stacks"
+    for rank, node in enumerate(("n1", "n2")):
+        record = json.loads((stacks / f"rank{rank}.json").read_text())
+        assert record["slurm_node"] == node, record
+        text = (stacks / f"rank{rank}.txt").read_text()
+        assert "on request" in text and text.count("most recent call first") >= 2, text[-3000:]
+        assert f'File "{ROOT}/horovod_train/' in text, text[-3000:]
+    # The job ran on past the step rank 0 was caught in, to its last step.
+    summary = json.loads((job.run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == LIVE_STEPS, summary
+    assert int(waiting.group(1)) < LIVE_STEPS, shown
+    assert f"done  | steps {LIVE_STEPS} " in slurm_fixture.job_output(tmp_path)
 
 
 # ------------------------------------------------------------------- after a preemption
