@@ -256,16 +256,22 @@ def test_two_node_cluster_has_separate_tmpfs(two_nodes, tmp_path):
 # ------------------------------------------------------------- a live job's stacks, on 2 nodes
 
 # Rank 1 (on n2) sleeps 1 s before each step's collectives, so nearly always it is in that
-# sleep while rank 0 (on n1) waits in the step's allreduce. Training has begun when the
-# test asks, so at least 9 such steps (9 s) are left: more than a request takes (about 1 s;
-# 5 s if it is asked 3 times).
-LIVE_STEPS = 10
+# sleep while rank 0 (on n1) waits in the step's allreduce. The test asks once the first
+# train record (step 2) is written, so 10 such steps (10 s) are left: more than a request
+# takes (about 1 s; 5 s if it is asked 3 times).
+LIVE_STEPS = 12
 LIVE_FLAGS = [f"--max_steps={LIVE_STEPS}", "--log_every=2", "--eval_every_epochs=0",
               "--intra_op_threads=1", "--inject_delay=step:1@1"]
 LIVE_WAITING = re.compile(r"^rank 0: in the step's gradient allreduce \(step (\d+)[^)]*\) "
-                          r"for \d+ s, at (\S+):\d+ in \w+$", re.M)
+                          r"for \d+ s, at (\S+):\d+ in \S+$", re.M)  # <listcomp> too
 LIVE_SLEEPING = re.compile(r"^rank 1: not in a collective, at trainer\.py:\d+ in _one_step$",
                            re.M)
+
+
+def _trains(run_dir) -> bool:
+    """Whether metrics.jsonl holds a train record (it opens with the config, at start)."""
+    path = run_dir / "metrics.jsonl"
+    return path.exists() and '"kind": "train"' in path.read_text()
 
 
 def _ask_live_stacks(cluster, run_dir, cwd) -> str:
@@ -293,9 +299,10 @@ def test_live_job_stacks_on_request_from_both_nodes(two_nodes, tmp_path):
         *TRAIN, *LIVE_FLAGS, f"--run_dir={live}", f"--summary_json={job.run_dir}/summary.json"])
     waiter = two_nodes.popen(["sbatch", "--wait", script], cwd=tmp_path)
     try:
-        for path in (live / "stacks" / "rank0.json", live / "stacks" / "rank1.json",
-                     live / "metrics.jsonl"):  # the last: training has begun
-            _wait(job, path.name, path.exists, lambda: waiter.poll() is None)
+        for what, ready in (("rank 0's record", (live / "stacks" / "rank0.json").exists),
+                            ("rank 1's record", (live / "stacks" / "rank1.json").exists),
+                            ("first train record", lambda: _trains(live))):
+            _wait(job, what, ready, lambda: waiter.poll() is None)
         shown = _ask_live_stacks(two_nodes, live, tmp_path)
         state = two_nodes.run(["squeue", "-h", "-o", "%T"], cwd=tmp_path, timeout=60).stdout
         out, err = waiter.communicate(timeout=JOB_TIMEOUT_S)
