@@ -305,14 +305,16 @@ def test_live_job_stacks_on_request_from_both_nodes(two_nodes, tmp_path):
                             ("first train record", lambda: _trains(live))):
             _wait(job, what, ready, lambda: waiter.poll() is None)
         shown = _ask_live_stacks(two_nodes, live, tmp_path)
-        state = two_nodes.run(["squeue", "-h", "-o", "%T"], cwd=tmp_path, timeout=60).stdout
+        # The job's id: its output file (%x-%j.out) is there since it started.
+        job_id = re.search(r"-(\d+)\.out$", glob.glob(str(tmp_path / "*.out"))[0]).group(1)
+        state = _state(two_nodes, job_id, tmp_path)
         out, err = waiter.communicate(timeout=JOB_TIMEOUT_S)
     finally:
         if waiter.poll() is None:
             two_nodes.cancel_all()
             waiter.kill()
             waiter.wait()
-    assert state.split() == ["RUNNING"], f"after the request: {state!r}\n{shown}"
+    assert state == "RUNNING", f"after the request, job {job_id}: {state!r}\n{shown}"
     assert waiter.returncode == 0, job.explain(f"sbatch --wait exited {waiter.returncode}: "
                                                f"{out}{err}")
 
