@@ -75,6 +75,13 @@ class Cluster:
             self.cancel_all()
             raise
 
+    def popen(self, argv, cwd, **env) -> subprocess.Popen:
+        """A client command left running (`sbatch --wait` while the test acts on its job);
+        the caller waits for it, and on a failure calls cancel_all() before killing it."""
+        return subprocess.Popen(self.client_argv(argv), env=self.env(**env), cwd=str(cwd),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
     def cancel_all(self) -> None:
         run_cli(self.client_argv(["scancel", "--full", "--user=root"]), timeout=60,
                 env=self.env())

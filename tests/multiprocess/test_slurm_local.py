@@ -15,7 +15,9 @@ One node: the cluster's node is this machine, under its own hostname. Two nodes:
 n2, each slurmd in its own network namespace (tests/netns/topology.py), so ranks on
 different nodes talk over veth links, as on separate hosts.
 """
+import glob
 import json
+import math
 import os
 import re
 import sys
@@ -24,7 +26,7 @@ import time
 import pytest
 
 import slurm_fixture
-from helpers import ABSL_PREFIX, run_cli
+from helpers import ABSL_PREFIX, ROOT, run_cli
 from launch.ports import free_port_base
 from ranks import TRAIN, assert_ranks_identical, load_weights
 
@@ -252,6 +254,91 @@ def test_two_node_cluster_has_separate_tmpfs(two_nodes, tmp_path):
         assert os.listdir(os.path.join(two_nodes.state_dir, "tmp", node)) == [f"from-{node}"]
 
 
+# ------------------------------------------------------------- a live job's stacks, on 2 nodes
+
+# Rank 1 (on n2) sleeps 1 s before each step's collectives, so nearly always it is in that
+# sleep while rank 0 (on n1) waits in the step's allreduce. The test asks once the first
+# train record (step 2) is written, so 10 such steps (10 s) are left: more than a request
+# takes (about 1 s; 5 s if it is asked 3 times).
+LIVE_STEPS = 12
+LIVE_FLAGS = [f"--max_steps={LIVE_STEPS}", "--log_every=2", "--eval_every_epochs=0",
+              "--intra_op_threads=1", "--inject_delay=step:1@1"]
+LIVE_WAITING = re.compile(r"^rank 0: in the step's gradient allreduce \(step (\d+)[^)]*\) "
+                          r"for \d+ s, at (\S+):\d+ in \S+$", re.M)  # <listcomp> too
+LIVE_SLEEPING = re.compile(r"^rank 1: not in a collective, at trainer\.py:\d+ in _one_step$",
+                           re.M)
+
+
+def _trains(run_dir) -> bool:
+    """Whether metrics.jsonl holds a train record (it opens with the config, at start)."""
+    path = run_dir / "metrics.jsonl"
+    return path.exists() and '"kind": "train"' in path.read_text()
+
+
+def _ask_live_stacks(cluster, run_dir, cwd) -> str:
+    """`python -m launch stacks` from the login node (it shares the run dir with n1 and n2),
+    asked again (3 times at most) until a dump catches rank 0 waiting for rank 1."""
+    for _ in range(3):
+        shown = cluster.run([sys.executable, "-m", "launch", "stacks", f"--run_dir={run_dir}"],
+                            cwd=cwd, timeout=120)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        if "rank 0 waits for rank 1" in shown.stdout:
+            break
+        time.sleep(1)
+    return shown.stdout
+
+
+def test_live_job_stacks_on_request_from_both_nodes(two_nodes, tmp_path):
+    """Issue 43 item 2 through a launcher's hosts: a 2-node job (rank 0 on n1, rank 1 on
+    n2, each node its own network namespace) started with --run_dir on the file system
+    both nodes share. `python -m launch stacks --run_dir D` run on the login node reaches
+    both ranks through D/stacks/REQUEST: each writes its stacks there, and the summary
+    names each rank's innermost frame of ours and the collective rank 0 waits in. The
+    job is still running after the request, then ends well."""
+    job, live = Job(tmp_path), tmp_path / "live"
+    script = _render(job, "horovod", 2, 1, train_argv=[
+        *TRAIN, *LIVE_FLAGS, f"--run_dir={live}", f"--summary_json={job.run_dir}/summary.json"])
+    waiter = two_nodes.popen(["sbatch", "--wait", script], cwd=tmp_path)
+    try:
+        for what, ready in (("rank 0's record", (live / "stacks" / "rank0.json").exists),
+                            ("rank 1's record", (live / "stacks" / "rank1.json").exists),
+                            ("first train record", lambda: _trains(live))):
+            _wait(job, what, ready, lambda: waiter.poll() is None)
+        shown = _ask_live_stacks(two_nodes, live, tmp_path)
+        # The job's id: its output file (%x-%j.out) is there since it started.
+        job_id = re.search(r"-(\d+)\.out$", glob.glob(str(tmp_path / "*.out"))[0]).group(1)
+        state = _state(two_nodes, job_id, tmp_path)
+        out, err = waiter.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        if waiter.poll() is None:
+            two_nodes.cancel_all()
+            waiter.kill()
+            waiter.wait()
+    assert state == "RUNNING", f"after the request, job {job_id}: {state!r}\n{shown}"
+    assert waiter.returncode == 0, job.explain(f"sbatch --wait exited {waiter.returncode}: "
+                                               f"{out}{err}")
+
+    assert shown.startswith(f"stacks of the job in {live}, on request"), shown
+    waiting = LIVE_WAITING.search(shown)
+    assert waiting and LIVE_SLEEPING.search(shown), shown
+    assert "rank 0 waits for rank 1" in shown, shown
+    # Rank 0's frame is a file of this package, as rank 1's is (trainer.py).
+    assert glob.glob(os.path.join(ROOT, "horovod_train", "**", waiting.group(2)),
+                     recursive=True), shown
+    stacks = live / "stacks"
+    for rank, node in enumerate(("n1", "n2")):
+        record = json.loads((stacks / f"rank{rank}.json").read_text())
+        assert record["slurm_node"] == node, record
+        text = (stacks / f"rank{rank}.txt").read_text()
+        assert "on request" in text and text.count("most recent call first") >= 2, text[-3000:]
+        assert f'File "{ROOT}/horovod_train/' in text, text[-3000:]
+    # The job ran on past the step rank 0 was caught in, to its last step.
+    summary = json.loads((job.run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == LIVE_STEPS, summary
+    assert int(waiting.group(1)) < LIVE_STEPS, shown
+    assert f"done  | steps {LIVE_STEPS} " in slurm_fixture.job_output(tmp_path)
+
+
 # ------------------------------------------------------------------- after a preemption
 
 # digits at global batch 64 (2 ranks x 32), 2 ranks at most ~150 steps/s here: each stop
@@ -286,6 +373,19 @@ def _wait(job, what: str, condition, running=None, timeout=JOB_TIMEOUT_S):
         time.sleep(0.2)
 
 
+def _release_requeue_hold(job, cluster, job_id: str, requeued_at: float):
+    """Lets a requeued job start now instead of in about two minutes. Slurm holds it so
+    that its new launch credential is newer than the revocation the requeue sent to the
+    nodes. Both are stamped in whole seconds, and a relaunch within the requeue's own
+    second is refused (slurmd: "Job 1 already killed, do not launch batch job"; slurmctld:
+    "Killing non-startable batch JobId=1: Job credential revoked"): the job fails with exit
+    code 1 and never runs again. Ranks stop within a second of the requeue, and released at
+    once the job was refused so in 1 of 5 runs here. So the hold ends at the next second
+    after the requeue, not before."""
+    time.sleep(max(0.0, math.floor(requeued_at) + 1.05 - time.time()))
+    job.run(cluster, ["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
+
+
 def _meta(ckpt, step: int) -> dict:
     return json.loads((ckpt / f"ckpt-{step:09d}" / "meta.json").read_text())
 
@@ -310,11 +410,11 @@ def test_sbatch_job_requeued_cancelled_and_resubmitted_on_one_node(two_nodes, tm
 
         _wait(job, "first checkpoint", lambda: _steps(ckpt), running)
         job.run(two_nodes, ["scontrol", "requeue", first])
+        requeued_at = time.time()
         _wait(job, "requeued job", lambda: _state(two_nodes, first, tmp_path) == "PENDING")
         stopped = _steps(ckpt)[-1]
         assert _meta(ckpt, stopped)["fingerprint"]["world_size"] == 2
-        # Slurm holds a requeued job for about two minutes before it may start again.
-        job.run(two_nodes, ["scontrol", "update", f"jobid={first}", "StartTime=now"])
+        _release_requeue_hold(job, two_nodes, first, requeued_at)
         _wait(job, "checkpoint of the requeued run", lambda: _steps(ckpt)[-1] > stopped, running)
         job.run(two_nodes, ["scancel", first])
         _wait(job, "end of the cancelled job", lambda: not running())
