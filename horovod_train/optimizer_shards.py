@@ -42,7 +42,7 @@ class GatheredSlot:
         self.array = None
 
     def __array__(self, dtype=None, copy=None):
-        return self.array if dtype is None else self.array.astype(dtype)
+        return self.array if dtype is None else self.array.astype(dtype, copy=bool(copy))
 
     def assign(self, value):
         self.array = np.asarray(value, np.float32)
@@ -57,6 +57,11 @@ class OptimizerShards:
                              f"dtypes than float32 ({', '.join(odd[:3])}); expected float32 "
                              f"variables (mixed precision keeps them so). Fix: drop "
                              f"--shard_optimizer_state for this model")
+        if not backend.comm.native_reducescatter:
+            raise backend.comm.unsupported(
+                "--shard_optimizer_state", "drop --shard_optimizer_state, or launch with "
+                "horovodrun/mpirun/srun (this backend's collectives cannot reduce-scatter: "
+                "its reduce-scatter is a whole allreduce)")
         info = backend.info
         self.layout = shard_layout.layout([tuple(v.shape) for v in self.variables], info.size,
                                           bucket_bytes)
@@ -183,7 +188,9 @@ def _gathered_slots(variables, optimizer, shared) -> list:
     copy of the optimizer built on empty stand-ins with the variables' paths (so it
     allocates nothing), each slot replaced by a GatheredSlot, the rest by our own."""
     stand_ins = [_stand_in(v.path) for v in variables]
-    config = dict(optimizer.get_config(), learning_rate=optimizer._learning_rate)  # noqa: SLF001 - its schedule, unserialized
+    config = optimizer.get_config()
+    if isinstance(config["learning_rate"], dict):  # a schedule: the object, unserialized
+        config["learning_rate"] = optimizer._learning_rate  # noqa: SLF001
     twin = optimizer.__class__.from_config(config)
     twin.build(stand_ins)
     own = {v.path: v for v in shared}

@@ -38,6 +38,12 @@ class HorovodComm(comm.Communicator):
         return out
 
     def _allreduce(self, flat, op, prescale, postscale):
+        op, prescale = self._average_as_sum(flat, op, prescale)
+        return self._hvd.allreduce(flat, op=self._op(op), prescale_factor=prescale,
+                                   postscale_factor=postscale)
+
+    def _average_as_sum(self, flat, op, prescale):
+        """(op, prescale) Horovod is called with: an Average as a prescaled Sum."""
         if op is ReduceOp.AVERAGE and flat.dtype.is_floating and not self._elastic:
             # Horovod's Average sums and then divides, in a pass of its own over the
             # result; scaling by 1 / size on the way in (its prescale, done in the copy
@@ -45,9 +51,10 @@ class HorovodComm(comm.Communicator):
             # instead of 7.3. With a power-of-two size the two are bitwise the same. An
             # elastic ring can re-form at another size under a traced step, so there
             # Horovod's Average (size read when it runs) stays.
+            # The reduce-scatter of --shard_optimizer_state does the same, so its
+            # elements round as the allreduce's do.
             op, prescale = ReduceOp.SUM, prescale / self.info.size
-        return self._hvd.allreduce(flat, op=self._op(op), prescale_factor=prescale,
-                                   postscale_factor=postscale)
+        return op, prescale
 
     def _bf16_mean(self, tensors, op, prescale, postscale):
         """bfloat16 on the wire. Horovod's reduction kernels refuse bfloat16, so the
@@ -66,7 +73,9 @@ class HorovodComm(comm.Communicator):
                            tf.shape(t)) for w, t in zip(gathered, tensors)]
 
     def reducescatter(self, tensor, op: ReduceOp = ReduceOp.AVERAGE):
-        return self._hvd.reducescatter(tf.convert_to_tensor(tensor), op=self._op(op))
+        tensor = tf.convert_to_tensor(tensor)
+        op, prescale = self._average_as_sum(tensor, op, 1.0)
+        return self._hvd.reducescatter(tensor, op=self._op(op), prescale_factor=prescale)
 
     def allgather(self, tensor):
         return self._hvd.allgather(tf.convert_to_tensor(tensor))
