@@ -5,13 +5,19 @@ Three scenarios, six launches:
   - SGD with momentum, 2 Gloo ranks, accumulation 2 of 8: against the shared Gloo
     reference (tests/scenarios.py REFERENCE: accumulation 1 of 16, the same update),
     gradients in three buckets;
-  - Adam, 3 MPI ranks, fp16 loss scaling with rank 1 alone seeing inf at step 5 (the
-    skip agreed across shards), sharded and not;
+  - Adam: on 2 Gloo ranks with fp16 loss scaling and rank 1 alone seeing inf at step 5
+    (the skip agreed across shards), and on 3 MPI ranks with accumulation 2 (the layout
+    padded), sharded and not;
   - checkpoints: Adam, 2 Gloo ranks, accumulation 3, sharded and not, both writing
     checkpoints; the sharded run's step-20 checkpoint (the full state, named as the
     unsharded run names it) resumed unsharded on 2 ranks and sharded on 3 (MPI).
-Weights equal to float32 rounding, as test_resume measures it (1e-5 on another world
-size); on the same ranks the reduction order is the same, and they are bitwise equal."""
+On 2 ranks the weights are bitwise equal: a reduce-scatter and an allreduce add two
+values, and halve them, alike. On 3 they are equal to float32 rounding: Horovod's
+reduce-scatter adds three values in another order than its allreduce (1 ulp apart on
+19% of the elements, measured), which Adam carries into the weights. Under fp16 loss
+scaling on 3 ranks that difference grows to 5.6e-3 in 12 steps, exactly as large as
+between the unsharded run under MPI and under Gloo (docs/internals.md, "Sharded
+optimizer state"), so that case is not asserted here: fp16 is, on 2 ranks, bitwise."""
 import shutil
 
 import numpy as np
@@ -23,7 +29,7 @@ from scenarios import INJECT, SHORT, assert_same_weights, reference_with
 pytest.importorskip("horovod.tensorflow")
 SHARD = "--shard_optimizer_state"
 BUCKETS = "--allreduce_bucket_mb=0.05"  # digits_cnn's 0.6 MiB of gradients in 3 buckets
-ADAM_3 = SHORT + ["--optimizer=adam", "--deterministic", "--batch_size=16"] + INJECT
+ADAM = SHORT + ["--optimizer=adam", "--deterministic", "--batch_size=16"]
 CKPT = ["--deterministic", "--eval_every_epochs=0", "--log_every=10", "--checkpoint_every=10",
         "--max_steps=40", "--batch_size=16", "--intra_op_threads=1"]
 RESIZED_TOLERANCE = 1e-5
@@ -66,24 +72,31 @@ def test_sgd_momentum_with_accumulation_on_two_gloo_ranks(tmp_path, gloo_referen
     assert_same_weights(gloo_reference.weights(), load_weights(run_dir), rtol=0, atol=1e-6)
 
 
-@pytest.fixture(scope="module")
-def adam_three(tmp_path_factory):
-    base = tmp_path_factory.mktemp("adam_three")
-    return {name: _run(horovodrun(3, "mpi", ADAM_3 + flags), base / name)
-            for name, flags in (("plain", []), ("sharded", [SHARD]))}
+def _pair(base, argv_of) -> tuple[dict, dict]:
+    """(unsharded, sharded) summaries of the same job."""
+    return tuple(_run(argv_of(flags), base / name)
+                 for name, flags in (("plain", []), ("sharded", [SHARD])))
 
 
-def test_adam_fp16_skip_agreed_across_shards_on_three_mpi_ranks(adam_three):
-    plain, sharded = adam_three["plain"], adam_three["sharded"]
+@pytest.mark.parametrize("case", ["fp16_2_gloo", "accum_3_mpi"])
+def test_adam_sharded_equals_unsharded(tmp_path, case):
+    """fp16: both skipped rank 1's step 5 (the verdict agreed across shards) and halved
+    the scale; 3 ranks: digits_cnn's 151,306 parameters padded to 151,308."""
+    ranks, controller, flags = {"fp16_2_gloo": (2, "gloo", INJECT),
+                                "accum_3_mpi": (3, "mpi", ["--grad_accum_steps=2",
+                                                           "--batch_size=8"])}[case]
+    plain, sharded = _pair(tmp_path, lambda more: horovodrun(ranks, controller,
+                                                             ADAM + flags + more))
     for summary in (plain, sharded):
-        assert summary["world_size"] == 3
-        assert summary["skipped_steps"] == 1 and summary["loss_scale"] == 2.0 ** 14
-        assert summary["steps"] == 12
-        assert_ranks_identical(summary, summary["_run_dir"], 3)
-    _check_sharded(sharded, 3)
+        assert summary["world_size"] == ranks and summary["steps"] == 12
+        assert summary["skipped_steps"] == (1 if INJECT == flags else 0)
+        assert summary["loss_scale"] == (2.0 ** 14 if INJECT == flags else 1.0)
+        assert_ranks_identical(summary, summary["_run_dir"], ranks)
+    _check_sharded(sharded, ranks)
     assert plain["shard_optimizer_state"] is False
+    assert sharded["optimizer_state_padding_elements"] == (2 if ranks == 3 else 0)
     assert_same_weights(load_weights(plain["_run_dir"]), load_weights(sharded["_run_dir"]),
-                        rtol=0, atol=RESIZED_TOLERANCE)
+                        rtol=0, atol=0 if ranks == 2 else RESIZED_TOLERANCE)
 
 
 @pytest.fixture(scope="module")
