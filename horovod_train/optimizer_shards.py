@@ -30,6 +30,10 @@ from horovod_train.backends.comm import ReduceOp
 from horovod_train.errors import UsageError
 
 SHARD_NAME = "optimizer_shard"
+# The largest bucket: Horovod runs a reduce-scatter with a scale factor (our Average,
+# horovod_comm.py) through its fusion buffer (128 MiB by default) and refuses a tensor
+# larger than that ("The fusion buffer is not large enough to hold the input tensor").
+MAX_BUCKET_BYTES = 64 * 2 ** 20
 
 
 class GatheredSlot:
@@ -63,6 +67,8 @@ class OptimizerShards:
                 "horovodrun/mpirun/srun (this backend's collectives cannot reduce-scatter: "
                 "its reduce-scatter is a whole allreduce)")
         info = backend.info
+        bucket_bytes = min(bucket_bytes, MAX_BUCKET_BYTES) if bucket_bytes > 0 \
+            else MAX_BUCKET_BYTES
         self.layout = shard_layout.layout([tuple(v.shape) for v in self.variables], info.size,
                                           bucket_bytes)
         self.segments = self.layout.segments(info.rank)
@@ -74,6 +80,7 @@ class OptimizerShards:
         self.shared = [v for v in optimizer.variables if _slot_kind(v, optimizer) is None]
         self.gathered = _gathered_slots(self.variables, optimizer, self.shared)
         self.wire_bytes = sum(b.padded for b in self.layout.buckets) * 4
+        self._refresh = tf.function(self._read_shard, autograph=False)
 
     # ---- the step ----------------------------------------------------------------
     def scatter(self, grads):
@@ -96,7 +103,13 @@ class OptimizerShards:
 
     def refresh(self):
         """The shard from the parameters (the same on every rank after each gather, a
-        broadcast or a restore), padding zero."""
+        broadcast or a restore), padding zero. In a function of its own: which slices
+        it takes depends on the rank, and Horovod matches a traced step's collectives
+        across ranks by their names, which TF numbers in the order ops are made; here
+        every rank adds one call op to the caller's graph."""
+        self._refresh()
+
+    def _read_shard(self):
         pieces, at = [], 0
         for seg in self.segments:
             if seg.at > at:
@@ -107,6 +120,7 @@ class OptimizerShards:
         if at < self.layout.shard_elements:
             pieces.append(tf.zeros([self.layout.shard_elements - at], tf.float32))
         self.shard.assign(tf.concat(pieces, 0))
+        return tf.constant(True)
 
     def gather(self):
         """Every rank's updated slices into the parameters, one allgather per bucket."""
