@@ -183,14 +183,17 @@ def _summary(config, backend, model, jit, record: RunRecord, wall_start):
     }
 
 
-def _state_facts(optimizer, shards) -> dict:
+def _state_facts(backend, optimizer, shards, built_rss_mb: float) -> dict:
     """The optimizer state this rank holds, for the summary: sharded (optimizer_shards),
-    or every slot of every parameter."""
+    or every slot of every parameter; and each rank's peak memory once the model and the
+    optimizer were built, before any step's transients (every rank: a collective)."""
+    built = [round(float(r[0]), 1) for r in metrics.gather_rows(backend, [built_rss_mb])]
     if shards is not None:
-        return dict(shards.facts(), shard_optimizer_state=True)
+        return dict(shards.facts(), shard_optimizer_state=True, peak_rss_mb_built_per_rank=built)
     held = sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize
                for v in optimizer.variables if len(v.shape))  # the slots, not the counters
-    return {"shard_optimizer_state": False, "optimizer_state_bytes_per_rank": held}
+    return {"shard_optimizer_state": False, "optimizer_state_bytes_per_rank": held,
+            "peak_rss_mb_built_per_rank": built}
 
 
 def _earlier_summary(path: str | None, now: dict) -> dict:
@@ -295,6 +298,7 @@ def run(config) -> dict:
                                      scale=resumption.lr_scale,
                                      warmup_steps=resumption.warmup_steps)
     model, optimizer, shards = _build(config, backend, data, schedule)
+    built_rss_mb = metrics.peak_rss_mb()  # the model and its optimizer state, before a step
     clock.mark("model")
     observer = observe.create(config, info.is_chief, info.size, grid.total, {
         "world_size": info.size, "backend": backend.name, "model": config.model,
@@ -319,7 +323,7 @@ def run(config) -> dict:
         if dump is not None:
             dump.close()
     summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts,
-                   **_state_facts(optimizer, shards))
+                   **_state_facts(backend, optimizer, shards, built_rss_mb))
     trainer.watchdog.stop()
     summary = _finish(config, backend, model, record, summary, observer)
     backend.barrier()
