@@ -77,3 +77,20 @@ def test_no_tensorflow_imported():
     code = "import sys, horovod_train.shard_layout; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("changes, flag", [
+    ({"speed": {"compression": "fp16"}}, "--compression"),
+    ({"runtime": {"elastic": True}}, "--elastic")])
+def test_what_sharding_cannot_do_is_refused_in_one_line(changes, flag):
+    from horovod_train import config as cfg
+    from horovod_train.errors import UsageError
+    sections = {"speed": cfg.SpeedConfig, "runtime": cfg.RuntimeConfig}
+    kwargs = {"shard_optimizer_state": True} if "speed" in changes else {}
+    with pytest.raises(UsageError, match=f"{flag}: received .*shard_optimizer_state") as err:
+        speed = cfg.SpeedConfig(**{**kwargs, **changes.get("speed", {})})
+        built = {name: sections[name](**values) for name, values in changes.items()
+                 if name != "speed"}
+        cfg.RunConfig(speed=speed if "speed" in changes else
+                      cfg.SpeedConfig(shard_optimizer_state=True), **built)
+    assert "\n" not in str(err.value) and "Fix:" in str(err.value)
