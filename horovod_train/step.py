@@ -60,14 +60,14 @@ class TrainStep:
         # two compile the same way (and XLA compiles each part once per input shape).
         self.split = XlaSplit(self._grads, self._apply, options.jit_compile, autograph=False)
         self._comm_fn = tf.function(self._reduce_with_vote, autograph=False)
-        self._update_fn = tf.function(self._update, autograph=False)
+        self._gather_fn = tf.function(shards.gather, autograph=False) if shards else None
         self.fused = tf.function(self._fused, autograph=False)
 
     def tracing_count(self) -> int:
         """Traces of the step's functions so far (nested calls share a function's cache,
         so each trace counts once): a step that raised it was compiling, not training."""
         return sum(f.experimental_get_tracing_count()
-                   for f in (self.fused, self._comm_fn, self._update_fn)) \
+                   for f in (self.fused, self._comm_fn, self._gather_fn) if f is not None) \
             + self.split.tracing_count()
 
     @staticmethod
@@ -167,10 +167,15 @@ class TrainStep:
         grads, stop, agreed = self._comm_fn(grads, stop_vote)
         stop = bool(stop)  # waits for the allreduce
         t2 = time.perf_counter()
-        finite = float(self._update_fn(grads, agreed) if self.shards is not None
-                       else self.split.update(grads, self.applied))
+        extra = () if agreed is None else (agreed,)
+        finite = float(self.split.update(grads, self.applied, *extra))
         t3 = time.perf_counter()
-        return loss, finite, stop, {"compute": t1 - t0, "comm": t2 - t1, "optimizer": t3 - t2}
+        gathered = 0.0  # the sharded parameters' allgather: communication too
+        if self.shards is not None:
+            self._gather_fn()
+            gathered = time.perf_counter() - t3
+        return loss, finite, stop, {"compute": t1 - t0, "comm": t2 - t1 + gathered,
+                                    "optimizer": t3 - t2}
 
     def graph_def(self, x, y):
         """The GraphDef of one fused step; x and y may be tensors or their TensorSpecs."""
