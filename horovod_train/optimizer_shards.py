@@ -30,9 +30,10 @@ from horovod_train.backends.comm import ReduceOp
 from horovod_train.errors import UsageError
 
 SHARD_NAME = "optimizer_shard"
-# The largest bucket: Horovod runs a reduce-scatter with a scale factor (our Average,
-# horovod_comm.py) through its fusion buffer (128 MiB by default) and refuses a tensor
-# larger than that ("The fusion buffer is not large enough to hold the input tensor").
+# The largest bucket: its gradients laid end to end and its gathered parameters are
+# transient copies, which this bounds; and Horovod refuses a reduce-scatter with a
+# prescale larger than its fusion buffer, 128 MiB by default ("The fusion buffer is not
+# large enough to hold the input tensor"), should one ever be used here again.
 MAX_BUCKET_BYTES = 64 * 2 ** 20
 
 
