@@ -11,8 +11,8 @@ Three scenarios, six launches:
   - checkpoints: Adam, 2 Gloo ranks, accumulation 3, sharded and not, both writing
     checkpoints; the sharded run's step-20 checkpoint (the full state, named as the
     unsharded run names it) resumed unsharded on 2 ranks and sharded on 3 (MPI).
-On 2 ranks the weights are bitwise equal: a reduce-scatter and an allreduce add two
-values, and halve them, alike. On 3 they are equal to float32 rounding: Horovod's
+On 2 ranks the weights are bitwise equal: the reduce-scatter's sum-then-half and the
+allreduce's halves-then-sum are the same float. On 3 they are equal to float32 rounding: Horovod's
 reduce-scatter adds three values in another order than its allreduce (1 ulp apart on
 19% of the elements, measured), which Adam carries into the weights. Under fp16 loss
 scaling on 3 ranks that difference grows to 5.6e-3 in 12 steps, exactly as large as
