@@ -38,12 +38,6 @@ class HorovodComm(comm.Communicator):
         return out
 
     def _allreduce(self, flat, op, prescale, postscale):
-        op, prescale = self._average_as_sum(flat, op, prescale)
-        return self._hvd.allreduce(flat, op=self._op(op), prescale_factor=prescale,
-                                   postscale_factor=postscale)
-
-    def _average_as_sum(self, flat, op, prescale):
-        """(op, prescale) Horovod is called with: an Average as a prescaled Sum."""
         if op is ReduceOp.AVERAGE and flat.dtype.is_floating and not self._elastic:
             # Horovod's Average sums and then divides, in a pass of its own over the
             # result; scaling by 1 / size on the way in (its prescale, done in the copy
@@ -52,7 +46,8 @@ class HorovodComm(comm.Communicator):
             # elastic ring can re-form at another size under a traced step, so there
             # Horovod's Average (size read when it runs) stays.
             op, prescale = ReduceOp.SUM, prescale / self.info.size
-        return op, prescale
+        return self._hvd.allreduce(flat, op=self._op(op), prescale_factor=prescale,
+                                   postscale_factor=postscale)
 
     def _bf16_mean(self, tensors, op, prescale, postscale):
         """bfloat16 on the wire. Horovod's reduction kernels refuse bfloat16, so the
