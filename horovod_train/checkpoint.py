@@ -67,14 +67,17 @@ def _plain(facts: dict | None) -> dict:
     return json.loads(json.dumps(facts or {}, default=lambda o: getattr(o, "item", o.__str__)()))
 
 
-def training_state(model, optimizer, loss_scale) -> list:
-    """Every variable a resumed run needs, in a fixed order.
+def training_state(model, optimizer, loss_scale, shards=None) -> list:
+    """Every variable a resumed run needs, in a fixed order. With the optimizer state
+    sharded (optimizer_shards.py), its variables as an unsharded run names them, each
+    slot whole (gathered before a save, cut into the shards after a restore).
 
     model.variables, not model.weights: it also holds each dropout layer's seed
     generator state, without which a resumed run draws other dropout masks than the
     uninterrupted one and the two drift apart. Each is stored under its name:
     checkpoint_format.state_names."""
-    return (list(model.variables) + list(optimizer.variables)
+    optimizer_state = optimizer.variables if shards is None else shards.checkpoint_state()
+    return (list(model.variables) + list(optimizer_state)
             + [loss_scale.scale, loss_scale.good_steps])
 
 
@@ -289,8 +292,12 @@ class Checkpointer:
     through an allreduce, so no rank waits in a collective for a decision it missed."""
 
     def __init__(self, config, backend, variables, steps_per_epoch: int,
-                 data_facts: dict | None = None, heartbeat=None, schedule=None, change=None):
+                 data_facts: dict | None = None, heartbeat=None, schedule=None, change=None,
+                 shards=None):
         self.config, self.backend, self.variables = config, backend, variables
+        # optimizer_shards.OptimizerShards, or None: its slots are saved whole (gathered
+        # on every rank before the chief writes) and cut back into shards after a restore.
+        self.shards = shards
         self.heartbeat = heartbeat  # after each round of a write (rounds.py)
         train = config.train
         self.directory, self.keep = train.checkpoint_dir, train.keep_checkpoints
@@ -331,7 +338,11 @@ class Checkpointer:
                 for variable, value in zip(self.variables, found[1]):
                     variable.assign(value)
             # Same state everywhere: rank 0's restored values, explicitly.
-            self.backend.broadcast_variables(self.variables)
+            if self.shards is None:
+                self.backend.broadcast_variables(self.variables)
+            else:
+                self.backend.broadcast_variables(self.shards.broadcastable(self.variables))
+                self.shards.scatter_restored()
             logging.info("checkpoint | resumed from step %d%s", step,
                          f" {self.change}" if self.change else "")
             self.resumed = {"step": step, "change": self.change,
@@ -370,6 +381,9 @@ class Checkpointer:
             layouts = position[2] if len(position) > 2 else []
             record["position"] = {"epoch": int(position[0]), "epoch_examples": int(position[1]),
                                   "layouts": list(layouts)}
+        if self.shards is not None:
+            self.shards.gather_state()  # a collective: every rank, before the chief writes
+
         def write():
             time.sleep(injected_delay(self.config.runtime.delays(), "checkpoint", 0))
             try:

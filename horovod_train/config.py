@@ -58,6 +58,10 @@ class SpeedConfig:
         f"one grouped allreduce after it. Unset: {DEFAULT_BUCKET_MB:g}, except 0 under Gloo "
         "when ranks share a CPU host's cores (there the buckets' transport competes with "
         "backprop for each rank's core).")
+    shard_optimizer_state: bool = option(
+        False, "Each rank keeps the optimizer's state (Adam's moments, SGD's momentum) for "
+        "1/N of the parameters: gradients reduce-scattered, each rank updates its shard, the "
+        "parameters allgathered (ZeRO stage 1; the bytes of one allreduce).")
     max_nonfinite_steps: int = option(20, "Stop after this many consecutive steps with "
                                       "non-finite gradients.")
     inject_nonfinite: str = option("", "Fault injection: STEP@RANK makes that rank's gradients "
@@ -78,6 +82,10 @@ class SpeedConfig:
                         fix=f"pass --allreduce_bucket_mb={DEFAULT_BUCKET_MB:g}, or leave it unset")
         if self.inject_nonfinite:
             self.injection()  # validates
+        if self.shard_optimizer_state and self.compression != "none":
+            raise usage_error("--compression", f"{self.compression} with --shard_optimizer_state",
+                              "--compression=none (sharded gradients travel in float32)",
+                              "drop --compression, or drop --shard_optimizer_state")
 
     def injection(self) -> tuple | None:
         if not self.inject_nonfinite:
@@ -373,6 +381,11 @@ class RunConfig:
                               "(TF: 'MaxPool gradient ops do not yet have a deterministic XLA "
                               "implementation')",
                               "drop --deterministic, or pass --jit_compile=auto or false")
+        if self.runtime.elastic and self.speed.shard_optimizer_state:
+            raise usage_error("--elastic", "with --shard_optimizer_state",
+                              "one of the two: an elastic ring re-forms at another size, and "
+                              "the optimizer's shards are cut for one world size",
+                              "drop --shard_optimizer_state, or drop --elastic")
         if self.runtime.elastic and self.train.checkpoint_dir:
             raise usage_error("--elastic", f"with --checkpoint_dir={self.train.checkpoint_dir}",
                               "one of the two: elastic runs keep their state in memory "

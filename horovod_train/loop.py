@@ -6,9 +6,11 @@ config and the data size, which every rank knows identically, so collectives alw
 line up across ranks.
 """
 import dataclasses
+import math
 import os
 import time
 
+import numpy as np
 from absl import logging
 
 import models
@@ -36,16 +38,26 @@ def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
 
 
 def _build(config, backend, data, schedule):
+    """(model, optimizer, optimizer_shards.OptimizerShards or None)."""
     precision.set_policy(config.speed.precision)
     model = _model_for(config, data)
     optimizer = schedules.make_optimizer(config.optim, schedule)
-    optimizer.build(model.trainable_variables)
+    shards = None
+    if config.speed.shard_optimizer_state:
+        from horovod_train.optimizer_shards import OptimizerShards
+        shards = OptimizerShards(model.trainable_variables, optimizer, backend,
+                                 backend.bucket_bytes)
+        shared = shards.shared  # each rank's slots are its own (zeros at the start)
+        logging.info("config | %s", shards.describe())
+    else:
+        optimizer.build(model.trainable_variables)
+        shared = optimizer.variables
     # Same start on every rank, explicitly: model AND optimizer state from rank 0.
     # Elastic runs do it in their first sync instead: a rank that joins later must not
     # call a collective the running ranks are not calling.
     if not config.runtime.elastic:
-        backend.broadcast_variables(list(model.variables) + list(optimizer.variables))
-    return model, optimizer
+        backend.broadcast_variables(list(model.variables) + list(shared))
+    return model, optimizer, shards
 
 
 def _model_for(config, data):
@@ -65,7 +77,7 @@ def _model_for(config, data):
             f"(python scripts/model_table.py lists each model's input)") from None
 
 
-def _keeper(config, backend, data, state, grid, resumed, heartbeat=None):
+def _keeper(config, backend, data, state, grid, resumed, heartbeat=None, shards=None):
     """The state keeper: elastic in-memory commits, or the checkpointer (`heartbeat`
     after each round of the chief's write: the watchdog's, rounds.py). `resumed`:
     (resume.Resumption, the schedule), which the checkpoints record, and the newest
@@ -78,7 +90,8 @@ def _keeper(config, backend, data, state, grid, resumed, heartbeat=None):
         config, backend, state, grid.per_epoch,
         data_facts={"input_shape": list(data.input_shape), "num_classes": data.num_classes},
         heartbeat=heartbeat, change=resumption.change,
-        schedule={"scale": resumption.lr_scale, "warmup_steps": schedule.warmup_steps})
+        schedule={"scale": resumption.lr_scale, "warmup_steps": schedule.warmup_steps},
+        shards=shards)
     return CheckpointKeeper(checkpointer, grid, _recorded_layouts(meta, config))
 
 
@@ -165,6 +178,19 @@ def _summary(config, backend, model, jit, record: RunRecord, wall_start):
         "wall_seconds": time.perf_counter() - wall_start,
         "config": config.to_dict(),
     }
+
+
+def _state_facts(backend, optimizer, shards, built_rss_mb: float) -> dict:
+    """The optimizer state this rank holds, for the summary: sharded (optimizer_shards),
+    or every slot of every parameter; and each rank's peak memory once the model and the
+    optimizer were built, before any step's transients (every rank: a collective)."""
+    built = [round(float(r[0]), 1) for r in metrics.gather_rows(backend, [built_rss_mb])]
+    if shards is not None:
+        return dict(shards.facts(), shard_optimizer_state=True, peak_rss_mb_built_per_rank=built)
+    held = sum(math.prod(v.shape) * np.dtype(v.dtype).itemsize
+               for v in optimizer.variables if len(v.shape))  # the slots, not the counters
+    return {"shard_optimizer_state": False, "optimizer_state_bytes_per_rank": held,
+            "peak_rss_mb_built_per_rank": built}
 
 
 def _earlier_summary(path: str | None, now: dict) -> dict:
@@ -267,7 +293,8 @@ def run(config) -> dict:
     schedule = schedules.lr_schedule(config.optim, info.size, grid.per_epoch,
                                      scale=resumption.lr_scale,
                                      warmup_steps=resumption.warmup_steps)
-    model, optimizer = _build(config, backend, data, schedule)
+    model, optimizer, shards = _build(config, backend, data, schedule)
+    built_rss_mb = metrics.peak_rss_mb()  # the model and its optimizer state, before a step
     clock.mark("model")
     observer = observe.create(config, info.is_chief, info.size, grid.total, {
         "world_size": info.size, "backend": backend.name, "model": config.model,
@@ -275,12 +302,13 @@ def run(config) -> dict:
         "total_steps": grid.total, "steps_per_epoch": grid.per_epoch,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")}, rank=info.rank)
     trainer = Trainer(TrainerOptions.from_config(config, jit), backend, data, model, optimizer,
-                      grid, observer, learning_rate=schedule, startup=clock)
+                      grid, observer, learning_rate=schedule, startup=clock, shards=shards)
     dump = _stack_dump(config, info, trainer.watchdog)
     if info.size > 1:  # bounds the checkpointer's waits on peers too
         trainer.watchdog.start()
     keeper = _keeper(config, backend, data, trainer.training_state(), grid,
-                     (resumption, schedule, meta), heartbeat=trainer.watchdog.alive)
+                     (resumption, schedule, meta), heartbeat=trainer.watchdog.alive,
+                     shards=shards)
     try:
         record, facts = _train(trainer, keeper)
     except BaseException as err:
@@ -291,7 +319,8 @@ def run(config) -> dict:
     finally:
         if dump is not None:
             dump.close()
-    summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts)
+    summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts,
+                   **_state_facts(backend, optimizer, shards, built_rss_mb))
     trainer.watchdog.stop()
     summary = _finish(config, backend, model, record, summary, observer)
     backend.barrier()

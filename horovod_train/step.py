@@ -42,24 +42,32 @@ class StepOptions:
 
 
 class TrainStep:
-    def __init__(self, model, optimizer, backend, options: StepOptions = StepOptions()):
+    def __init__(self, model, optimizer, backend, options: StepOptions = StepOptions(),
+                 shards=None):
         self.model = model
         self.optimizer = optimizer
         self.backend = backend
         self.options = options
+        # optimizer_shards.OptimizerShards, or None: the optimizer updates this rank's
+        # shard (one flat variable) and the parameters come back by allgather.
+        self.shards = shards
         self.variables = model.trainable_variables
+        # What the optimizer updates: the parameters, or this rank's shard of them.
+        self.applied = self.variables if shards is None else [shards.shard]
         self.loss_scale = DynamicLossScale(options.loss_scaling)
         self.update_options = update.UpdateOptions(accum_steps=options.accum_steps)
         # One function object per part, shared by the fused and the timed step, so the
         # two compile the same way (and XLA compiles each part once per input shape).
         self.split = XlaSplit(self._grads, self._apply, options.jit_compile, autograph=False)
         self._comm_fn = tf.function(self._reduce_with_vote, autograph=False)
+        self._gather_fn = tf.function(shards.gather, autograph=False) if shards else None
         self.fused = tf.function(self._fused, autograph=False)
 
     def tracing_count(self) -> int:
         """Traces of the step's functions so far (nested calls share a function's cache,
         so each trace counts once): a step that raised it was compiling, not training."""
-        return sum(f.experimental_get_tracing_count() for f in (self.fused, self._comm_fn)) \
+        return sum(f.experimental_get_tracing_count()
+                   for f in (self.fused, self._comm_fn, self._gather_fn) if f is not None) \
             + self.split.tracing_count()
 
     @staticmethod
@@ -100,24 +108,44 @@ class TrainStep:
             grads = [tf.where(poison, g * float("inf"), g) for g in grads]
         return loss, grads
 
-    def _apply(self, grads, variables):
-        """The kernel's update, as a float (1.0 applied, 0.0 skipped on every rank)."""
+    def _apply(self, grads, variables, agreed=None):
+        """The kernel's update, as a float (1.0 applied, 0.0 skipped on every rank);
+        `agreed`: the ranks' verdict when each holds a shard of the gradients."""
         def apply(unscaled):
             self.optimizer.apply_gradients(zip(unscaled, variables))
-        return tf.cast(update.apply_update(grads, self.loss_scale, apply), tf.float32)
+        if self.shards is not None:
+            self.shards.refresh()
+        return tf.cast(update.apply_update(grads, self.loss_scale, apply, agreed=agreed),
+                       tf.float32)
 
     def _reduce_with_vote(self, grads, stop_vote):
-        """(reduced gradients, whether any rank voted to stop): the vote is one more
-        scalar in the gradients' own reduction, not a collective of its own."""
+        """(reduced gradients, whether any rank voted to stop, the agreed verdict or
+        None): the vote is one more scalar in the gradients' own reduction, not a
+        collective of its own. Sharded: the gradients are reduce-scattered, and the
+        vote rides with the shards' finite verdicts in one small allreduce."""
+        vote = tf.reshape(stop_vote, [1])
+        if self.shards is not None:
+            shard = [self.shards.scatter(grads)]
+            _, finite = update.unscaled_and_verdict(shard, self.loss_scale)
+            agreed, votes = self.shards.agree(finite, [vote])
+            return shard, votes[0] > 0, agreed
         grads, (vote,) = update.reduce_gradients(
-            grads, self.backend.allreduce_gradients, riders=[tf.reshape(stop_vote, [1])])
-        return grads, vote[0] > 0
+            grads, self.backend.allreduce_gradients, riders=[vote])
+        return grads, vote[0] > 0, None
+
+    def _update(self, grads, agreed):
+        """The compiled update, then (sharded) the parameters gathered, outside XLA."""
+        extra = () if agreed is None else (agreed,)
+        finite = self.split.update(grads, self.applied, *extra)
+        if self.shards is not None:
+            self.shards.gather()
+        return finite
 
     def _fused(self, x, y, poison, stop_vote):
         """(loss, finite, stop): stop is True on every rank when any rank voted."""
         loss, grads = self.split.compute(x, y, poison)
-        grads, stop = self._reduce_with_vote(grads, stop_vote)
-        return loss, self.split.update(grads, self.variables), stop
+        grads, stop, agreed = self._reduce_with_vote(grads, stop_vote)
+        return loss, self._update(grads, agreed), stop
 
     def poison(self, step: int, rank: int):
         """The fault-injection switch for this step, as a tensor (no retracing)."""
@@ -136,12 +164,18 @@ class TrainStep:
         loss, grads = self.split.compute(x, y, poison)
         loss = float(loss)  # waits for the backward pass
         t1 = time.perf_counter()
-        grads, stop = self._comm_fn(grads, stop_vote)
+        grads, stop, agreed = self._comm_fn(grads, stop_vote)
         stop = bool(stop)  # waits for the allreduce
         t2 = time.perf_counter()
-        finite = float(self.split.update(grads, self.variables))
+        extra = () if agreed is None else (agreed,)
+        finite = float(self.split.update(grads, self.applied, *extra))
         t3 = time.perf_counter()
-        return loss, finite, stop, {"compute": t1 - t0, "comm": t2 - t1, "optimizer": t3 - t2}
+        gathered = 0.0  # the sharded parameters' allgather: communication too
+        if self.shards is not None:
+            self._gather_fn()
+            gathered = time.perf_counter() - t3
+        return loss, finite, stop, {"compute": t1 - t0, "comm": t2 - t1 + gathered,
+                                    "optimizer": t3 - t2}
 
     def graph_def(self, x, y):
         """The GraphDef of one fused step; x and y may be tensors or their TensorSpecs."""

@@ -44,7 +44,7 @@ class Trainer:
     """The per-run state of the loop, and the loop (train)."""
 
     def __init__(self, options, backend, data, model, optimizer, grid, observer=None,
-                 learning_rate=None, startup=None):
+                 learning_rate=None, startup=None, shards=None):
         from horovod_train.step import StepOptions, TrainStep
         self.options, self.backend, self.data = options, backend, data  # TrainerOptions
         self.observer = observer or observe.NullObserver()
@@ -58,7 +58,8 @@ class Trainer:
         self.model, self.grid, self.total = model, grid, grid.total
         self.step = TrainStep(model, optimizer, backend, StepOptions(
             accum_steps=options.accum_steps, loss_scaling=options.loss_scaling,
-            inject_nonfinite=options.inject_nonfinite, jit_compile=options.jit_compile))
+            inject_nonfinite=options.inject_nonfinite, jit_compile=options.jit_compile),
+            shards=shards)
         self.skipped_steps = 0
         self.nonfinite_run = 0  # consecutive skipped steps
         # What the step's graph holds (TrainStep.graph_facts), read at the first step.
@@ -108,7 +109,8 @@ class Trainer:
 
     def training_state(self) -> list:
         """Every variable a resumed run needs (checkpoint.training_state)."""
-        return training_state(self.model, self.step.optimizer, self.step.loss_scale)
+        return training_state(self.model, self.step.optimizer, self.step.loss_scale,
+                              self.step.shards)
 
     def _attempt(self, keeper) -> float:
         """From the keeper's position to the end (or to a resize, which raises)."""

@@ -99,15 +99,24 @@ def reduce_gradients(grads, reduce, *, riders=(), local=(), size=1,
     return grads, list(reduced[len(shared):])
 
 
-def apply_update(grads, loss_scale, apply, on_skip=None):
-    """Unscale, check finiteness, apply(grads) or on_skip(), adapt the loss scale;
-    returns the verdict (a bool tensor). Called with reduced gradients only: they are
-    the same on every rank, so is the verdict, and all ranks skip together."""
+def unscaled_and_verdict(grads, loss_scale):
+    """(the gradients unscaled, None kept; whether all of them are finite)."""
     present = [i for i, g in enumerate(grads) if g is not None]
     grads = list(grads)
     for i, g in zip(present, loss_scale.unscale([grads[i] for i in present])):
         grads[i] = g
-    finite = all_finite([grads[i] for i in present])
+    return grads, all_finite([grads[i] for i in present])
+
+
+def apply_update(grads, loss_scale, apply, on_skip=None, agreed=None):
+    """Unscale, check finiteness, apply(grads) or on_skip(), adapt the loss scale;
+    returns the verdict (a bool tensor). Called with reduced gradients only: they are
+    the same on every rank, so is the verdict, and all ranks skip together. With the
+    optimizer state sharded each rank holds only its shard of them: the caller agreed
+    on the verdict over ranks (`agreed`, from unscaled_and_verdict on every shard)."""
+    grads, finite = unscaled_and_verdict(grads, loss_scale)
+    if agreed is not None:
+        finite = agreed
 
     def apply_branch():
         apply(grads)

@@ -36,13 +36,14 @@ class XlaSplit:
         self._update = update
         self.updates = {}  # ids of the variables -> their compiled update
 
-    def update(self, grads, variables):
+    def update(self, grads, variables, *extra):
+        """`extra`: more inputs of the update (the agreed verdict of a sharded state)."""
         key = tuple(id(v) for v in variables)
         if key not in self.updates:
-            self.updates[key] = tf.function(lambda g: self._update(g, variables),
+            self.updates[key] = tf.function(lambda g, *e: self._update(g, variables, *e),
                                             jit_compile=self.jit_compile,
                                             autograph=self.autograph)
-        return self.updates[key](grads)
+        return self.updates[key](grads, *extra)
 
     def tracing_count(self) -> int:
         """Traces of both parts so far (a nested call shares its function's cache)."""

@@ -72,6 +72,9 @@ class Communicator:
     # says (a test may claim a ring of two in one process): a check that compares
     # ranks must not run, since a gathered table would hold only this rank's row.
     reaches_peers = False
+    # Whether reducescatter moves 1/N of an allreduce's bytes to each rank (a native
+    # reduce-scatter); --shard_optimizer_state needs it. One process moves nothing.
+    native_reducescatter = True
 
     def __init__(self, backend):
         self.backend = backend

@@ -76,7 +76,8 @@ class HorovodBackend(Backend):
     name = "horovod"
     collective_op_types = frozenset({"HorovodAllreduce", "HorovodGroupedAllreduce",
                                      "HorovodAllgather", "HorovodGroupedAllgather",
-                                     "HorovodBroadcast"})
+                                     "HorovodBroadcast", "HorovodReducescatter",
+                                     "HorovodGroupedReducescatter"})
 
     def __init__(self, compression: str = "none", fusion_threshold_mb: float | None = None,
                  cycle_time_ms: float | None = None, hierarchical_allreduce: bool = False,

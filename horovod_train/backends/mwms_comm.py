@@ -60,6 +60,10 @@ class MwmsComm(comm.Communicator):
     """Collectives over this job's workers; every rank calls them in one order."""
 
     reaches_peers = True
+    # TF 2.21's CollectiveReduceScatterV2 has no CPU (ring) implementation ("Collective
+    # Registry::Lookup did not find collective implementation"): reducescatter here is
+    # an allreduce and a slice.
+    native_reducescatter = False
 
     def __init__(self, backend, collective: str, timeout_s: float):
         super().__init__(backend)

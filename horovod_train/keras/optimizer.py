@@ -93,7 +93,8 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
                  num_groups=0, groups=None, process_set=None, scale_local_gradients=True, *,
                  accum_steps=None, loss_scaling="auto", initial_scale=2.0 ** 15,
                  dynamic_growth_steps=2000,
-                 divergence_check_steps=DEFAULT_DIVERGENCE_CHECK_STEPS, **kwargs):
+                 divergence_check_steps=DEFAULT_DIVERGENCE_CHECK_STEPS,
+                 shard_optimizer_state=False, **kwargs):
         opts = hvd_options.resolve(
             compression=compression, op=op, gradient_predivide_factor=gradient_predivide_factor,
             backward_passes_per_step=backward_passes_per_step, accum_steps=accum_steps,
@@ -115,6 +116,10 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         self._inject = None
         self.xla = None  # jit.SplitTrainStep, once fit compiles around the collectives
         self.verdict = divergence_guard.Verdict()  # the in-step divergence check's
+        # The trainer's --shard_optimizer_state (optimizer_shards.py), built with the
+        # optimizer: the inner optimizer's slots for this rank's shard only.
+        self.shard_optimizer_state = bool(shard_optimizer_state)
+        self.shards = None
         self.update_options = update.UpdateOptions(
             accum_steps=opts.accum_steps, mean_of_micro_batches=opts.mean_of_micro_batches,
             sum_over_ranks=opts.op is ReduceOp.SUM,
@@ -151,8 +156,23 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
             self._accumulator = update.Accumulator(
                 var_list, lambda v: self.add_variable_from_reference(v, name="accumulated_grad"),
                 self.update_options)
-        self.inner_optimizer.build(var_list)
+        if self.shard_optimizer_state:
+            self.shards = self._shards(var_list)
+        else:
+            self.inner_optimizer.build(var_list)
         keras.optimizers.Optimizer.build(self, var_list)
+
+    def _shards(self, var_list):
+        """The sharded state over `var_list`; what it cannot do is refused here, once."""
+        from horovod_train.optimizer_shards import OptimizerShards
+        backend = self.strategy.backend
+        compressed = self.opts.wire not in (None, "none") or (
+            self.opts.compressor is None and backend.compression != "none")
+        if self.opts.op is ReduceOp.SUM or self._local_ids or compressed:
+            raise UsageError("DistributedOptimizer: received shard_optimizer_state=True with "
+                             "op=Sum, local variables or compression; expected the plain "
+                             "average. Fix: drop those options, or shard_optimizer_state")
+        return OptimizerShards(var_list, self.inner_optimizer, backend, backend.bucket_bytes)
 
     def scale_loss(self, loss):
         if not self.loss_scaling:
@@ -218,6 +238,11 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         if self.accum_steps == 1:
             if not self.built:
                 self.build(var_list)
+            if self.shards is not None:
+                raise UsageError("compute_gradients: received a call on an optimizer with "
+                                 "shard_optimizer_state=True, whose reduced gradients are "
+                                 "this rank's shard only; expected apply(). Fix: call "
+                                 "apply_gradients with the local gradients")
             grads = self.reduce(grads, var_list)
             self._reduced_ids = {id(g) for g in grads if g is not None}
         return list(zip(grads, var_list))
@@ -259,16 +284,38 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
     def _update(self, grads, variables):
         """After the reduction: rank 0's state at the first update, the kernel's update
         (in the XLA split's compiled part when fit compiles around the collectives),
-        then the in-step divergence check."""
+        then the in-step divergence check. Sharded: `grads` is this rank's shard."""
         self._sync_at_first_update(variables)
-        if self.xla is not None:
+        if self.shards is not None:
+            self._sharded_update(grads)
+        elif self.xla is not None:
             self.xla.update(grads, variables)
         else:
             self.unscale_check_apply(grads, variables)
         self._check_divergence(variables)
 
+    def _sharded_update(self, shard):
+        """The kernel on this rank's shard, the verdict agreed over ranks, then every
+        rank's updated elements gathered into the parameters."""
+        if self.xla is not None:
+            raise UsageError("DistributedOptimizer: received shard_optimizer_state=True "
+                             "under compile(jit_compile=True); expected jit_compile=False "
+                             "(the sharded update gathers between its parts). Fix: compile "
+                             "with jit_compile=False, or drop shard_optimizer_state")
+        _, finite = update.unscaled_and_verdict(shard, self._loss_scale)
+        agreed, _ = self.shards.agree(finite, [])
+        self.shards.refresh()
+        update.apply_update(
+            shard, self._loss_scale,
+            lambda unscaled: self.inner_optimizer.apply(unscaled, [self.shards.shard]),
+            on_skip=lambda: self.skipped.assign_add(tf.ones_like(self.skipped)), agreed=agreed)
+        self.shards.gather()
+
     def reduce(self, grads, variables) -> list:
-        """The gradients over ranks (op, compression), local variables' kept local."""
+        """The gradients over ranks (op, compression), local variables' kept local;
+        sharded, this rank's shard of their mean (one tensor)."""
+        if self.shards is not None:
+            return [self.shards.scatter(grads)]
         reduce = hvd_options.gradient_mean(self.strategy.backend, self.opts)
         return update.reduce_gradients(
             grads, reduce, local=[id(v) in self._local_ids for v in variables],
@@ -311,6 +358,7 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         config = super().get_config()
         config.update(loss_scaling=self.loss_scaling,
                       scale_local_gradients=self.scale_local_gradients,
+                      shard_optimizer_state=self.shard_optimizer_state,
                       **hvd_options.to_config(self.opts))
         return config
 

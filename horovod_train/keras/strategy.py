@@ -88,19 +88,22 @@ class Strategy:
 
     def distributed_optimizer(self, optimizer, accum_steps=1, loss_scale="auto",
                               initial_scale=2.0 ** 15, dynamic_growth_steps=2000,
-                              inject_nonfinite=None):
+                              inject_nonfinite=None, shard_optimizer_state=False):
         """A Keras 3 optimizer that averages gradients over ranks before applying them.
 
         accum_steps=k: k calls (micro-batches) accumulate locally, then one allreduce
         and one update. loss_scale: "auto" (dynamic when the global policy is
         mixed_float16), True/"dynamic" or False. A keras LossScaleOptimizer passed in is
         unwrapped: its scaling moves around the reduction. inject_nonfinite=(call, rank)
-        is a test hook: that rank's gradients are inf on that apply call (1-based)."""
+        is a test hook: that rank's gradients are inf on that apply call (1-based).
+        shard_optimizer_state=True: each rank keeps the optimizer's state for 1/N of the
+        parameters (the trainer's --shard_optimizer_state; Horovod backend)."""
         optimizer, loss_scale, initial_scale, dynamic_growth_steps = unwrap_optimizer(
             optimizer, accum_steps, loss_scale, initial_scale, dynamic_growth_steps)
         opt = DistributedOptimizer(optimizer, accum_steps=accum_steps, loss_scaling=loss_scale,
                                    initial_scale=initial_scale,
-                                   dynamic_growth_steps=dynamic_growth_steps)
+                                   dynamic_growth_steps=dynamic_growth_steps,
+                                   shard_optimizer_state=shard_optimizer_state)
         opt._strategy = self
         opt._inject = tuple(int(v) for v in inject_nonfinite) if inject_nonfinite else None
         return opt

@@ -65,6 +65,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    "fp32_strict: TF32 turned off")
     p.add_argument("--optimizer", help="sgd, momentum, adam, adamw, lamb (default: the model's)")
     p.add_argument("--gradient_checkpointing", action="store_true")
+    p.add_argument("--shard_optimizer_state", action="store_true",
+                   help="the trainer's ZeRO stage 1: 1/N of the optimizer state per GPU")
     p.add_argument("--grad_accum_steps", type=int, default=1)
     p.add_argument("--compression", default="none",
                    help="gradients on the wire, as the trainer's: " + ", ".join(WIRE_BYTES))
@@ -227,7 +229,8 @@ def request_from_args(args) -> PlanRequest:
         optimizer, args.gradient_checkpointing, args.compression, overlap,
         fusion_mb * 2 ** 20, cycle_ms * 1e-3, args.target_hours,
         args.target_efficiency, _train_samples(args, model), args.objective,
-        args.price_per_gpu_hour, _horovod_build(args.horovod_build))
+        args.price_per_gpu_hour, _horovod_build(args.horovod_build),
+        args.shard_optimizer_state)
 
 
 # The planner's old flag names, now the trainer's.

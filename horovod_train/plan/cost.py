@@ -11,7 +11,7 @@ import dataclasses
 import math
 from statistics import NormalDist
 
-from horovod_train.plan.comm import CommResult, Fabric, exposed_comm
+from horovod_train.plan.comm import CommResult, Fabric, allreduce_seconds, exposed_comm
 from horovod_train.plan.hardware import ACTIVATION_BYTES, GIB, Gpu, peak_flops
 from horovod_train.plan.models import ModelSpec
 
@@ -66,6 +66,7 @@ class Job:
     fusion_bytes: float = HOROVOD_FUSION_MB * 2 ** 20
     cycle_s: float = HOROVOD_CYCLE_MS * 1e-3
     wakes_on_enqueue: bool = True  # our patched Horovod (comm.exposed_comm); stock: False
+    shard_optimizer_state: bool = False  # --shard_optimizer_state (ZeRO stage 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +140,10 @@ def memory(job: Job, gpu: Gpu, world: int, a: Assumptions = Assumptions()) -> Me
     params = p * (4 + (2 if mixed else 0))
     grads = p * 4 * (2 if job.accum_steps > 1 else 1)   # + accumulator
     opt = p * 4 * OPTIMIZER_SLOTS.get(job.optimizer, 2)
+    if job.shard_optimizer_state and world > 1:
+        # 1/N of the slots, plus the rank's float32 copy of its shard of the parameters
+        # (optimizer_shards.py); the padding (< N elements per bucket) is negligible.
+        opt = (opt + p * 4) / world
     acts = math.ceil(job.micro_batch) * activation_bytes_per_sample(job)
     fusion = min(job.fusion_bytes, p * 4) if world > 1 else 0.0
     work = ((a.context_gib + a.workspace_gib) * GIB + fusion
@@ -224,6 +229,26 @@ class Prediction:
         return self.single_gpu_step_s / self.step_s
 
 
+def sharded_update(job: Job, c: Compute, window: float, grad_bytes: float, fabric,
+                   gpu: Gpu, a: Assumptions, calib: Calibration) -> tuple[Compute, CommResult]:
+    """--shard_optimizer_state: the same bytes on the wire as one allreduce, split in two.
+    The reduce-scatter (half a ring allreduce's time) overlaps backprop as the allreduce
+    did; the allgather (the other half) waits for the update, so it is never hidden,
+    and one more small allreduce (the finite verdict) adds its latency. The update
+    touches 1/N of the slots, plus a pass to read the shard and one to write the
+    gathered parameters."""
+    world = fabric.world
+    hbm = gpu.hbm_gbs * 1e9 * a.memory_efficiency
+    update = c.update_s / world + 2 * job.model.params * 4 / hbm * calib.compute_scale
+    # A reduce-scatter of S moves what an allreduce of S/2 does: (n-1)/n * S per rank.
+    scatter = exposed_comm(grad_bytes / 2, fabric, job.fusion_bytes / 2, job.cycle_s, window,
+                           wakes_on_enqueue=job.wakes_on_enqueue)
+    after = allreduce_seconds(grad_bytes, fabric)[0] / 2 + allreduce_seconds(8, fabric)[0]
+    comm = dataclasses.replace(scatter, exposed_s=scatter.exposed_s + after,
+                               busy_s=scatter.busy_s + after, calls=scatter.calls * 2 + 1)
+    return dataclasses.replace(c, update_s=update), comm
+
+
 def predict(job: Job, gpu: Gpu, fabric: Fabric, a: Assumptions = Assumptions(),
             calib: Calibration = Calibration()) -> Prediction:
     world = fabric.world
@@ -238,8 +263,10 @@ def predict(job: Job, gpu: Gpu, fabric: Fabric, a: Assumptions = Assumptions(),
     window = c.backward_s if job.overlap else 0.0
     comm = exposed_comm(grad_bytes, fabric, job.fusion_bytes, job.cycle_s, window,
                         wakes_on_enqueue=job.wakes_on_enqueue)
+    single = compute_s + c.update_s + data_s  # one GPU: the whole update, unsharded
+    if job.shard_optimizer_state and world > 1:
+        c, comm = sharded_update(job, c, window, grad_bytes, fabric, gpu, a, calib)
     straggle = compute_s * straggler_fraction(world, k, a, calib)
-    single = compute_s + c.update_s + data_s
-    step = single + straggle + comm.exposed_s
+    step = compute_s + c.update_s + data_s + straggle + comm.exposed_s
     return Prediction(world, memory(job, gpu, world, a), c, comm, compute_s, straggle,
                       data_s, step, single, job.micro_batch * k * world)

@@ -40,6 +40,7 @@ class PlanRequest:
     objective: str = "fastest"                # a key of OBJECTIVES
     price_per_gpu_hour: float | None = None   # USD
     horovod_build: str = "patched"            # a key of HOROVOD_BUILDS
+    shard_optimizer_state: bool = False       # the trainer's --shard_optimizer_state
 
 
 OBJECTIVES = ("fastest", "cheapest")
@@ -72,7 +73,7 @@ def fabric_for(req: PlanRequest, nodes: int) -> Fabric:
 def job_for(req: PlanRequest, micro: float, accum: int) -> Job:
     return Job(req.model, req.precision, micro, accum, req.optimizer, req.checkpointing,
                req.compression, req.overlap, req.fusion_bytes, req.cycle_s,
-               HOROVOD_BUILDS[req.horovod_build])
+               HOROVOD_BUILDS[req.horovod_build], req.shard_optimizer_state)
 
 
 def evaluate(req: PlanRequest, nodes: int, a: Assumptions = Assumptions(),
@@ -133,6 +134,9 @@ def memory_advice(req: PlanRequest, nodes: int, micro: float, accum: int,
             f"{mem.total / GIB:.1f} GiB, {mem.over_by / GIB:.1f} GiB over the "
             f"{mem.capacity / GIB:.1f} GiB of {req.gpu.name}")
     best = largest_fitting_batch(req, nodes, accum, a)
+    sharding = _sharding_advice(req, nodes, micro, accum, a)
+    if best == 0 and sharding:
+        return f"{head}. {sharding}"
     if best == 0:
         bigger = sorted(g.name for g in GPUS.values()
                         if memory(job_for(req, 1, accum), g, world, a).fits)
@@ -142,7 +146,7 @@ def memory_advice(req: PlanRequest, nodes: int, micro: float, accum: int,
                 f"do; use {where}")
     steps = accum * math.ceil(micro / best)
     new_micro = math.ceil(micro * accum / steps)   # same samples per optimizer step
-    levers = []
+    levers = [sharding] if sharding else []
     if not req.checkpointing:
         with_ckpt = largest_fitting_batch(req, nodes, accum, a, checkpointing=True)
         if with_ckpt >= micro:
@@ -158,6 +162,28 @@ def memory_advice(req: PlanRequest, nodes: int, micro: float, accum: int,
         levers += [f"a smaller batch (--batch_size {best}, the largest that fits)",
                    f"--batch_size {new_micro} --grad_accum_steps {steps} (same samples per step)"]
     return f"{head}. Levers: " + "; ".join(levers)
+
+
+def _sharding_advice(req: PlanRequest, nodes: int, micro: float, accum: int,
+                     a: Assumptions) -> str | None:
+    """The lever --shard_optimizer_state is, when it alone makes this batch fit (or,
+    failing that, makes one sample fit); None when it is on already or does not help."""
+    world = req.gpus_per_node * nodes
+    if req.shard_optimizer_state or world == 1:
+        return None
+    sharded = dataclasses.replace(req, shard_optimizer_state=True)
+    saved = (memory(job_for(req, micro, accum), req.gpu, world, a).optimizer
+             - memory(job_for(sharded, micro, accum), req.gpu, world, a).optimizer)
+    if memory(job_for(sharded, micro, accum), req.gpu, world, a).fits:
+        return (f"--shard_optimizer_state fits as is (each of the {world} GPUs keeps 1/{world} "
+                f"of the optimizer state: {saved / GIB:.1f} GiB less; the same bytes on the "
+                f"wire, the allgather after the update not hidden)")
+    best = largest_fitting_batch(sharded, nodes, accum, a)
+    if best and largest_fitting_batch(req, nodes, accum, a) == 0:
+        return (f"--shard_optimizer_state (1/{world} of the optimizer state per GPU, "
+                f"{saved / GIB:.1f} GiB less) with micro-batch {best} and --grad_accum_steps "
+                f"{accum * math.ceil(micro / best)}")
+    return None
 
 
 def accum_for_efficiency(req: PlanRequest, row: Row, a: Assumptions,
@@ -213,6 +239,12 @@ def recommend(req: PlanRequest, rows: list[Row], a: Assumptions = Assumptions(),
     accum = {r.nodes: accum_for_efficiency(req, r, a, calib) for r in rows}
     fitting = [r for r in rows if r.fits]
     if not fitting:
+        sharded = dataclasses.replace(req, shard_optimizer_state=True)
+        if not req.shard_optimizer_state and any(
+                evaluate(sharded, r.nodes, a, calib).fits for r in rows if r.world > 1):
+            return Recommendation(None, "no configuration fits in memory as planned; with "
+                                  "--shard_optimizer_state some do: plan (and train) with it",
+                                  accum)
         return Recommendation(None, "no configuration fits in memory; see the notes", accum)
     if req.objective == "cheapest":
         best, why = _cheapest(req, fitting)

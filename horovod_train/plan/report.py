@@ -67,6 +67,7 @@ def to_dict(req: PlanRequest, rows: list[Row], rec: Recommendation, a: Assumptio
         "intra": req.intra.name, "interconnect": req.network.name if req.network else None,
         "nics_per_node": req.nics_per_node, "optimizer": req.optimizer,
         "gradient_checkpointing": req.checkpointing, "compression": req.compression,
+        "shard_optimizer_state": req.shard_optimizer_state,
         "overlap": req.overlap, "fusion_threshold_mb": req.fusion_bytes / 2 ** 20,
         "cycle_time_ms": req.cycle_s * 1e3, "horovod_build": req.horovod_build,
         "target_efficiency": req.target_efficiency,
@@ -99,7 +100,8 @@ def _header(req: PlanRequest, a: Assumptions, calib: Calibration) -> list[str]:
                  f", fusion {req.fusion_bytes / 2 ** 20:g} MiB, cycle {req.cycle_s * 1e3:g} ms "
                  f"({req.horovod_build} horovod), "
                  f"gradients {'fp32' if req.compression == 'none' else req.compression}; optimizer "
-                 f"{req.optimizer}{'; gradient checkpointing' if req.checkpointing else ''}")
+                 f"{req.optimizer}{'; gradient checkpointing' if req.checkpointing else ''}"
+                 f"{'; optimizer state sharded' if req.shard_optimizer_state else ''}")
     lines.append(f"assumed: {a.matmul_efficiency:.0%} of dense peak for matmuls, "
                  f"{a.memory_efficiency:.0%} of HBM bandwidth x {a.traffic_passes:g} passes over "
                  f"activations, {a.launch_us:g} us/kernel, rank spread sigma "

@@ -125,7 +125,17 @@ VARIANTS = {"accum": (lambda: strategy.distributed_optimizer(keras.optimizers.SG
             "accum_xla": (lambda: strategy.distributed_optimizer(keras.optimizers.SGD(0.2),
                                                                  accum_steps=2), True),
             "passes_sum": (lambda: htk.DistributedOptimizer(keras.optimizers.SGD(0.1),
-                                                            backward_passes_per_step=2), False)}
+                                                            backward_passes_per_step=2), False),
+            # The optimizer's state sharded over the ranks (none for plain SGD: the
+            # reduce-scatter and allgather alone), and Adam's two moments, against Adam
+            # unsharded on the ranks.
+            "accum_sharded": (lambda: strategy.distributed_optimizer(
+                keras.optimizers.SGD(0.2), accum_steps=2, shard_optimizer_state=True), False),
+            "adam": (lambda: strategy.distributed_optimizer(
+                keras.optimizers.Adam(0.01, name="adam"), accum_steps=2), False),
+            "adam_sharded": (lambda: strategy.distributed_optimizer(
+                keras.optimizers.Adam(0.01, name="adam"), accum_steps=2,
+                shard_optimizer_state=True), False)}
 dists = {}
 for name, (make_opt, jit) in VARIANTS.items():
     with strategy.scope():
@@ -146,6 +156,9 @@ if strategy.is_chief:  # the same updates in one process: batches of 24, plain S
     for name, (dist, digests) in dists.items():
         gap = max(float(np.max(np.abs(a - b)))
                   for a, b in zip(dist.get_weights(), ref.get_weights()))
+        if name.startswith("adam"):  # against the ranks' unsharded Adam
+            gap = max(float(np.max(np.abs(a - b)))
+                      for a, b in zip(dist.get_weights(), dists["adam"][0].get_weights()))
         out[name] = {"digests": digests, "gap": gap,
                      "updates": int(dist.optimizer.iterations.numpy()),
                      "split": type(dist.train_step).__name__}
@@ -168,7 +181,9 @@ def test_accumulation_over_ranks_equals_one_large_batch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-5000:]
     result = json.loads(out.read_text())
     assert result["moved"] > 1e-2, result
-    for name, updates in {"accum": 8, "accum_xla": 8, "passes_sum": 16}.items():
+    assert result["adam"]["digests"][0] != result["accum"]["digests"][0]  # Adam: another run
+    for name, updates in {"accum": 8, "accum_xla": 8, "passes_sum": 16, "accum_sharded": 8,
+                          "adam": 8, "adam_sharded": 8}.items():
         run = result[name]  # passes_sum: iterations counts backward passes, as Horovod's
         assert len(set(run["digests"])) == 1 and run["updates"] == updates, (name, run)
         assert run["gap"] < 1e-5, (name, run)

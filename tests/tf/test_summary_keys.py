@@ -26,6 +26,10 @@ SUMMARY_TYPES = {
     "test_accuracy": float, "test_loss": float, "wall_seconds": float,
     "weight_digests": list, "wire_bytes_per_step": int, "world_size": int,
     "xla_compiled_functions": int,
+    # Issue 44: the optimizer state this rank holds (sharded runs add the layout's
+    # facts), and the memory once the model and optimizer are built.
+    "shard_optimizer_state": bool, "optimizer_state_bytes_per_rank": int,
+    "peak_rss_mb_built_per_rank": list,
 }
 
 
