@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import (comm, common, data_scale, epochs_memory, keras_guard_overhead,  # noqa: E402
-                   overhead, plot, scaling, startup, tape_overhead, xla)
+                   overhead, plot, scaling, shard_state, startup, tape_overhead, xla)
 
 # Figures whose orchestration is TF-free: measured in this process.
 FIGURES = {
@@ -36,6 +36,7 @@ FIGURES = {
     "tape_overhead": (tape_overhead.measure, tape_overhead.report),  # issue 40
     "startup": (startup.measure, startup.report),  # issue 41: time to the first step
     "data_scale": (data_scale.measure, data_scale.report),  # issue 41 item 4
+    "shard_state": (shard_state.measure, shard_state.report),  # issue 44 item 4
 }
 # Figures that run TensorFlow in their own process: started as children, since TF must not
 # run in this orchestrating one. name -> (script, flags of the short version, of the full).
