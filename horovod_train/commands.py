@@ -1,7 +1,7 @@
 """`horovod_train SUBCOMMAND ...`: the one front door to every tool of the project. TF-free.
 
 The console script `horovod_train` and `python -m horovod_train` both land here. The
-first word picks the tool; flags first (`horovod_train --model=mlp`) means `train`, as
+first word picks the tool; flags first (`horovod_train --model=digits_mlp`) means `train`, as
 `python -m horovod_train [flags]` always has. Each tool still runs on its own
 (`python -m horovod_train.data`, `python -m launch`, ...); here it is told the name it was
 called by, so its one-line errors (launch/usage.py) and --help say `horovod_train data`.
@@ -49,7 +49,7 @@ def overview() -> str:
              "subcommands:"]
     lines += [f"  {sub.name.ljust(width)}  {sub.summary}" for sub in SUBCOMMANDS]
     lines += ["", f"{PROG} SUBCOMMAND --help lists its flags; {PROG} --version prints the "
-              "version.", f"Flags first ({PROG} --model=mlp ...) means train; its flags "
+              "version.", f"Flags first ({PROG} --model=digits_mlp ...) means train; its flags "
               "follow.", ""]
     return "\n".join(lines)
 
