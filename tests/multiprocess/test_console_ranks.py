@@ -21,7 +21,9 @@ from ranks import horovodrun, mpirun
 
 TAG = LAUNCHER_TAG
 OURS = re.compile(TAG + r"(?:gpu   |config |start-up |scaling |legend |train |straggler |divergence |eval  |done  )\| ")
-LONG_NUMBER = re.compile(r"\d{10,}")  # a float's 16 digits (loss 0.0009377987735206261)
+# A float's fraction in full (loss 0.0009377987735206261), not any run of digits: a
+# baseline key in hex (6b5231702160a25b) holds ten in a row by chance.
+LONG_NUMBER = re.compile(r"\.\d{10,}")
 BAR = re.compile(r"\r\x1b\[K\[#+\.*\] +\d+/\d+ +\d+% \| (?:\d+|-) samples/s \| eta ")
 SHORT = ["--max_steps=60", "--log_every=20", "--eval_every_epochs=0", "--noinstrument"]
 # For the bar: steps slow enough, and lines rare enough, that it is redrawn between them.
