@@ -18,7 +18,6 @@ a removal cut short never leaves half a checkpoint that counts. One job writes a
 directory: the chief holds the writer lock (writer_lock.py: an flock on local disks, a
 lease elsewhere) for the whole run, and a second job is refused naming the first.
 """
-import dataclasses
 import errno
 import json
 import os
@@ -29,6 +28,7 @@ import numpy as np
 from absl import logging
 
 from horovod_train import checkpoint_commit as commit
+from horovod_train.checkpoint_fingerprint import differences, fingerprint
 from horovod_train import fs
 from horovod_train.checkpoint_format import (FORMAT, check_format, check_names, check_shapes,
                                              is_positional, state_names, stored_keys,
@@ -37,35 +37,6 @@ from horovod_train.config import injected_delay
 from horovod_train.errors import UsageError
 from horovod_train.writer_lock import (ForeignWriter, acquire_writer_lock, foreign_writer,
                                        release_writer_lock)
-
-# Config fields that change the shape of the state or the data order: a checkpoint made
-# with other values cannot be continued exactly.
-_MUST_MATCH = ("model", "data.dataset", "runtime.seed", "speed.precision", "optim.optimizer")
-# Recorded too, but free to change: with the world size they make the global batch,
-# which resume.py keeps (or, when allowed, changes) on a relaunch.
-_SIZES = ("data.batch_size", "speed.grad_accum_steps")
-# Facts of the run that a resume may change (resume.py decides how).
-_RESIZABLE = ("world_size",)
-
-
-def _field(config_dict, dotted):
-    value = config_dict
-    for part in dotted.split("."):
-        value = value[part]
-    return value
-
-
-def fingerprint(config, facts: dict | None = None) -> dict:
-    """The config fields that must match, plus facts of the run (world size, data
-    shapes) as JSON would give them back (a tuple shape compares equal to its list)."""
-    as_dict = dataclasses.asdict(config)
-    return dict({name: _field(as_dict, name) for name in _MUST_MATCH + _SIZES},
-                **_plain(facts))
-
-
-def _plain(facts: dict | None) -> dict:
-    return json.loads(json.dumps(facts or {}, default=lambda o: getattr(o, "item", o.__str__)()))
-
 
 def training_state(model, optimizer, loss_scale, shards=None) -> list:
     """Every variable a resumed run needs, in a fixed order. With the optimizer state
@@ -225,13 +196,7 @@ def recorded_position(path: str) -> tuple[int, int] | None:
 
 
 def _check_compatible(path, meta, config, num_variables, facts=None):
-    stored, now = meta["fingerprint"], _plain(facts)
-    diffs = [f"{k}: checkpoint {stored.get(k)!r}, now {v!r}"
-             for k, v in fingerprint(config).items() if k not in _SIZES and stored.get(k) != v]
-    # A fact the checkpoint lacks was not recorded then (an older version): accepted.
-    diffs += [f"{k}: checkpoint {stored[k]!r}, now {v!r}" for k, v in now.items()
-              if k not in _RESIZABLE and k in stored and stored[k] != v]
-    diffs += _global_batch_diff(stored, config, now.get("world_size"))
+    diffs = differences(meta["fingerprint"], config, facts)
     # By name, check_names says which variable differs; by position, the count is all.
     if is_positional(meta) and meta["num_variables"] != num_variables:
         diffs.append(f"variables: checkpoint {meta['num_variables']}, now {num_variables}")
@@ -239,34 +204,6 @@ def _check_compatible(path, meta, config, num_variables, facts=None):
         raise UsageError(f"--checkpoint_dir: {path} was made by a different run ({'; '.join(diffs)}); "
                          f"expected the same model, data and batch settings. Fix: use a new "
                          f"--checkpoint_dir, or restore the original flags")
-
-
-def _global_batch_diff(stored: dict, config, world_size) -> list[str]:
-    """The global batch must be the one resume.plan chose: the checkpoint's, unless the
-    change was allowed. Checked again here because an older checkpoint than the one the
-    plan read may be the one that loads."""
-    written = written_by({"step": 0, "fingerprint": stored}, config)
-    if written is None or world_size is None or config.train.allow_global_batch_change:
-        return []
-    now = world_size * config.data.batch_size * config.speed.grad_accum_steps
-    if now == written.global_batch:
-        return []
-    return [f"global batch: checkpoint {written.global_batch}, now {now}"]
-
-
-def written_by(meta: dict, config) -> "resume.Written | None":
-    """What a checkpoint's meta.json records of the run that wrote it, for resume.plan;
-    None when it recorded no world size (too old to resume on another one). A meta
-    without a learning-rate record (older) used the rule of a fresh start."""
-    from horovod_train import resume
-    stored = meta["fingerprint"]
-    ranks = stored.get("world_size")
-    sizes = [stored.get(k) for k in _SIZES]
-    if not all(isinstance(v, int) and v > 0 for v in [ranks, *sizes]):
-        return None
-    schedule = meta.get("lr_schedule") or {}
-    scale = schedule.get("scale", ranks if config.optim.scale_lr else 1)
-    return resume.Written(meta["step"], ranks, *sizes, float(scale), schedule.get("warmup_steps"))
 
 
 def newest_meta(directory: str) -> dict | None:
@@ -378,8 +315,8 @@ class Checkpointer:
             return
         record = {"lr_schedule": self.schedule} if self.schedule else {}
         if position is not None:
-            layouts = position[2] if len(position) > 2 else []
-            record["position"] = {"epoch": int(position[0]), "epoch_examples": int(position[1]),
+            epoch, examples, layouts = position
+            record["position"] = {"epoch": int(epoch), "epoch_examples": int(examples),
                                   "layouts": list(layouts)}
         if self.shards is not None:
             self.shards.gather_state()  # a collective: every rank, before the chief writes

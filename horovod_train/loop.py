@@ -16,6 +16,7 @@ from absl import logging
 import models
 from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
 from horovod_train import resume, schedules, stacks, startup, watchdog
+from horovod_train.checkpoint_fingerprint import written_by
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
 from horovod_train.data.layouts import Layout, from_record as layouts_from_record
@@ -97,7 +98,7 @@ def _keeper(config, backend, data, state, grid, resumed, heartbeat=None, shards=
 
 def _recorded_layouts(meta, config) -> tuple:
     """(step, the epoch's layouts) the newest checkpoint records (data/layouts.py)."""
-    written = checkpoint.written_by(meta, config) if meta else None
+    written = written_by(meta, config) if meta else None
     if written is None:
         return None, ()
     writer = Layout(written.world_size, written.batch_size * written.accum_steps, 0)
@@ -118,7 +119,7 @@ def _resumption(config, backend):
     meta = checkpoint.newest_meta(config.train.checkpoint_dir) if info.is_chief else None
     if info.size > 1:
         meta = backend.comm.broadcast_object(meta, 0)
-    resumption = resume.plan(checkpoint.written_by(meta, config) if meta else None, launch)
+    resumption = resume.plan(written_by(meta, config) if meta else None, launch)
     speed = dataclasses.replace(config.speed, grad_accum_steps=resumption.accum_steps)
     return dataclasses.replace(config, speed=speed), resumption, meta
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from helpers import ROOT
-from horovod_train import checkpoint, writer_lock
+from horovod_train import checkpoint, checkpoint_fingerprint, writer_lock
 from horovod_train import config as cfg
 from horovod_train.errors import UsageError
 
@@ -264,16 +264,16 @@ def test_written_by_reads_the_sizes_and_the_schedule_a_checkpoint_recorded(tmp_p
                     facts={"world_size": 2}, record={"lr_schedule": {"scale": 2.0,
                                                                      "warmup_steps": 44}})
     meta = checkpoint.newest_meta(str(tmp_path))
-    written = checkpoint.written_by(meta, CONFIG)
+    written = checkpoint_fingerprint.written_by(meta, CONFIG)
     assert (written.step, written.world_size, written.batch_size, written.accum_steps) == \
         (10, 2, 16, 3)
     assert written.global_batch == 96 and (written.lr_scale, written.warmup_steps) == (2.0, 44)
     # Older: no schedule recorded (a fresh start's rule), or no world size (None: too old).
     checkpoint.save(str(tmp_path), 20, _arrays(20), _sized(16, 3), keep=3, facts={"world_size": 4})
-    older = checkpoint.written_by(checkpoint.newest_meta(str(tmp_path)), CONFIG)
+    older = checkpoint_fingerprint.written_by(checkpoint.newest_meta(str(tmp_path)), CONFIG)
     assert (older.lr_scale, older.warmup_steps) == (4.0, None)
     checkpoint.save(str(tmp_path), 30, _arrays(30), CONFIG, keep=3)
-    assert checkpoint.written_by(checkpoint.newest_meta(str(tmp_path)), CONFIG) is None
+    assert checkpoint_fingerprint.written_by(checkpoint.newest_meta(str(tmp_path)), CONFIG) is None
 
 
 class _Var:
@@ -350,7 +350,7 @@ def _positional(directory, step, arrays):
     path.mkdir()
     np.savez(path / "state.npz", **{f"v{i:05d}": a for i, a in enumerate(arrays)})
     (path / "meta.json").write_text(json.dumps({"step": step, "num_variables": len(arrays),
-                                                "fingerprint": checkpoint.fingerprint(CONFIG)}))
+                                                "fingerprint": checkpoint_fingerprint.fingerprint(CONFIG)}))
 
 
 def test_an_old_positional_checkpoint_still_loads_by_position(tmp_path):
