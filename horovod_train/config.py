@@ -59,9 +59,8 @@ class SpeedConfig:
         "when ranks share a CPU host's cores (there the buckets' transport competes with "
         "backprop for each rank's core).")
     shard_optimizer_state: bool = option(
-        False, "Each rank keeps the optimizer's state (Adam's moments, SGD's momentum) for "
-        "1/N of the parameters: gradients reduce-scattered, each rank updates its shard, the "
-        "parameters allgathered (ZeRO stage 1; the bytes of one allreduce).")
+        False, "ZeRO stage 1: each rank keeps the optimizer's state (Adam's moments) for 1/N of "
+        "the parameters; gradients reduce-scattered, parameters allgathered (one allreduce).")
     max_nonfinite_steps: int = option(20, "Stop after this many consecutive steps with "
                                       "non-finite gradients.")
     inject_nonfinite: str = option("", "Fault injection: STEP@RANK makes that rank's gradients "
@@ -252,9 +251,9 @@ class RuntimeConfig:
         "instead of hanging (exit 75). An evaluation or the chief's checkpoint write may "
         "take longer: they run in rounds, each a collective. One process has no peers and "
         "no such bound.")
-    stop_grace_s: float = option(
-        contract.DEFAULT_STOP_GRACE_S, "On SIGTERM every rank stops at the next step boundary and the chief writes a "
-        "checkpoint (exit 143); after this many seconds without one, the rank ends anyway.")
+    stop_grace_s: float = option(contract.DEFAULT_STOP_GRACE_S, "On SIGTERM every rank stops at "
+                                 "the next step boundary and the chief writes a checkpoint (exit "
+                                 "143); after this many seconds without one, the rank ends anyway.")
     mwms_port_base: int = option(contract.DEFAULT_MWMS_PORT_BASE, "mwms: worker ports when "
                                  "TF_CONFIG is derived (base + local rank, as launch/).")
     fusion_threshold_mb: float = option(0.0, "horovod: tensor fusion buffer "
@@ -382,10 +381,10 @@ class RunConfig:
                               "implementation')",
                               "drop --deterministic, or pass --jit_compile=auto or false")
         if self.runtime.elastic and self.speed.shard_optimizer_state:
-            raise usage_error("--elastic", "with --shard_optimizer_state",
-                              "one of the two: an elastic ring re-forms at another size, and "
-                              "the optimizer's shards are cut for one world size",
-                              "drop --shard_optimizer_state, or drop --elastic")
+            raise usage_error("--elastic", "with --shard_optimizer_state", "one of the two: an "
+                              "elastic ring re-forms at another size, and the optimizer's shards "
+                              "are cut for one world size", "drop --shard_optimizer_state, or "
+                              "drop --elastic")
         if self.runtime.elastic and self.train.checkpoint_dir:
             raise usage_error("--elastic", f"with --checkpoint_dir={self.train.checkpoint_dir}",
                               "one of the two: elastic runs keep their state in memory "
