@@ -237,6 +237,11 @@ def auto_cache(ep: Epoch, example_spec) -> str:
     return "memory" if fits_buffer and 0 < size <= AUTO_CACHE_BYTES else ""
 
 
+def _cache_choice(ep: Epoch, decoded) -> str:
+    """--cache, else auto_cache's choice for the shard's `decoded` records."""
+    return ep.cache or auto_cache(ep, decoded.element_spec)
+
+
 def _cached(records_fn, decode, decode_batch, ep: Epoch, memo: dict):
     """The shard's cached dataset, or None when it streams. The in-memory cache lives in
     the dataset object, so it is kept in `memo` across epochs: only eagerly (a dataset
@@ -249,7 +254,7 @@ def _cached(records_fn, decode, decode_batch, ep: Epoch, memo: dict):
     if not ep.cache and not tf.executing_eagerly():
         return None
     ds = _decoded_records(records_fn, decode, decode_batch, ep.threads)
-    cache = ep.cache or auto_cache(ep, ds.element_spec)
+    cache = _cache_choice(ep, ds)
     ds = ds.cache("" if cache == "memory" else f"{cache}.{ep.cache_key}") if cache else None
     if tf.executing_eagerly():
         memo[ep.cache_key] = ds
@@ -296,8 +301,8 @@ def record_order(ids_fn, records_fn, decode, ep: Epoch, pre_shuffled: bool = Fal
     ids of records_fn(shuffled)'s records, in the same order), in the order it trains
     them: what layouts.py replays. Its cache choice is the one an eager train_batches
     makes (the loop builds its pipelines eagerly); nothing is read."""
-    cached = ep.cacheable and bool(ep.cache or auto_cache(
-        ep, _decoded_records(records_fn, decode, decode_batch, ep.threads).element_spec))
+    cached = ep.cacheable and bool(_cache_choice(
+        ep, _decoded_records(records_fn, decode, decode_batch, ep.threads)))
     shuffled, buffer = _order(ep, cached, pre_shuffled)
     return _shuffled(ids_fn(shuffled), buffer, ep.seed).take(ep.steps * ep.batch_size)
 

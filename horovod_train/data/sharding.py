@@ -65,6 +65,13 @@ def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
     return int(np.random.default_rng([seed, epoch, salt]).integers(2**31 - 1))
 
 
+def untrained_counts(counts, trained) -> list[int]:
+    """Records per file that the mask `trained` does not mark; file i's records are ids
+    sum(counts[:i]) .. + counts[i] (data/layouts.py)."""
+    ends = np.cumsum(counts)
+    return [int(n - trained[end - n:end].sum()) for n, end in zip(counts, ends)]
+
+
 def record_share(num_records: int, shard: ShardInfo) -> int:
     """Records of `shard` when records are dealt evenly: the first n % count get one more."""
     return num_records // shard.count + (1 if shard.index < num_records % shard.count else 0)

@@ -102,8 +102,7 @@ class TfdsSource:
         split = self.config.train_split
         counts = self._counts(split)
         if trained is not None:
-            ends = np.cumsum(counts)
-            counts = [int(n - trained[end - n:end].sum()) for n, end in zip(counts, ends)]
+            counts = sharding.untrained_counts(counts, trained)
         plan = sharding.plan_train_read(counts, shard, batch_size,
                                         dealt=sharding.round_robin(len(counts), shard.count))
         key = f"tfds-{self.builder.name}-{split}-{plan.mode}-{shard.index}of{shard.count}"

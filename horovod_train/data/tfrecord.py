@@ -98,8 +98,7 @@ class TFRecordSource(schema_lib.SchemaShape):
         `trained`, of the epoch's records it does not mark (layouts.py)."""
         counts = self.train.counts
         if trained is not None:
-            ends = np.cumsum(counts)
-            counts = tuple(int(n - trained[end - n:end].sum()) for n, end in zip(counts, ends))
+            counts = sharding.untrained_counts(counts, trained)
         plan = sharding.plan_train_read(counts, shard, batch_size)
         ep = pipeline.make_epoch(self.config, sum(counts), shard, batch_size, seed, epoch,
                                  threads, plan.records, self._cache_key("train", plan, shard),
