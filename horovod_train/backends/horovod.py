@@ -77,7 +77,7 @@ class HorovodBackend(Backend):
     collective_op_types = frozenset({"HorovodAllreduce", "HorovodGroupedAllreduce",
                                      "HorovodAllgather", "HorovodGroupedAllgather",
                                      "HorovodBroadcast", "HorovodReducescatter",
-                                     "HorovodGroupedReducescatter"})
+                                     "HorovodGroupedReducescatter", "HorovodAlltoall"})
 
     def __init__(self, compression: str = "none", fusion_threshold_mb: float | None = None,
                  cycle_time_ms: float | None = None, hierarchical_allreduce: bool = False,
@@ -125,7 +125,8 @@ class HorovodBackend(Backend):
         hvd = self._hvd
         hvd.init()
         self.info = ProcessInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size())
-        self.comm = HorovodComm(self, hvd, elastic=contract.horovod_elastic(os.environ))
+        self.comm = HorovodComm(self, hvd, elastic=contract.horovod_elastic(os.environ),
+                                gloo=hvd.gloo_enabled())
         if self.bucket_mb is None:  # the controller is known only now
             self.bucket_bytes = buckets.mib_to_bytes(
                 unset_bucket_mb(self.info.local_size, gpus, hvd.gloo_enabled()))

@@ -58,6 +58,9 @@ def collectives():
            "broadcast": values(hvd.broadcast(tf.constant([10 * R, 7]), root_rank=N - 1)),
            "reducescatter": values(hvd.reducescatter(
                tf.reshape(tf.range(2 * N, dtype=tf.float32), [2 * N, 1]) * (R + 1), op=hvd.Sum)),
+           # 2N + 1 rows: the lower ranks take one more (Gloo: our alltoall and sum).
+           "reducescatter_uneven": values(hvd.reducescatter(
+               tf.reshape(tf.range(2 * N + 1, dtype=tf.float32), [2 * N + 1, 1]) * (R + 1))),
            "object": hvd.broadcast_object({"from": R}, root_rank=0),
            "objects": hvd.allgather_object(f"r{R}")}
 

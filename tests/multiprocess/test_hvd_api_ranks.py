@@ -72,6 +72,9 @@ def test_the_api_answers_alike_on_every_rank(tmp_path, launcher, request):
         check_collectives(res["collectives"])
         # Sum over ranks of rows 0..3 times (rank + 1): rank r keeps rows 2r, 2r+1.
         assert res["collectives"]["reducescatter"] == [[3.0 * (2 * r)], [3.0 * (2 * r + 1)]]
+        # Averaged over ranks ((1 + 2) / 2 = 1.5 times the row), rows 0-2 to rank 0, 3-4 to 1.
+        mine = [[0.0], [1.5], [3.0]] if r == 0 else [[4.5], [6.0]]
+        assert res["collectives"]["reducescatter_uneven"] == mine
         el = res["elastic"]
         assert (el["batch"], el["epoch"]) == (20, 10) and el["restored_equal"] and el["committed_kept"]
         assert res["load_model"] == {"wrapped": "DistributedOptimizer", "inner": "SGD",
