@@ -13,15 +13,17 @@ from horovod_train.data import sharding
 # A phase without collectives that lasts longer than this (or than the watchdog's
 # bound) prints a line now and then, so a long evaluation is not taken for a hang.
 PROGRESS_EVERY_S = 60.0
-EVAL_BATCH = 256
 
 
-def evaluate_shard(model, data, backend, label: str, *, bound_s: float, alive,
-                   delay_s: float = 0.0) -> tuple[float, float, int]:
-    """(accuracy, mean loss, predictions) over every rank's shard. alive() after each
-    round (the watchdog's); delay_s: --inject_delay's slow shard (tests)."""
+def evaluate_shard(model, data, backend, label: str, *, batch_size: int, bound_s: float,
+                   alive, delay_s: float = 0.0) -> tuple[float, float, int]:
+    """(accuracy, mean loss, predictions) over every rank's shard, in batches of
+    `batch_size` (the training's per-rank batch: what fits in a training step fits
+    here, where a fixed 256 sequences made a 124M-parameter LM's evaluation take 2 GB
+    more than its training). alive() after each round (the watchdog's); delay_s:
+    --inject_delay's slow shard (tests)."""
     info = backend.info
-    ds = data.eval_dataset(sharding.ShardInfo(info.rank, info.size), EVAL_BATCH)
+    ds = data.eval_dataset(sharding.ShardInfo(info.rank, info.size), batch_size)
     if delay_s:
         ds = _after_sleeping(delay_s, ds)
     progress = {}

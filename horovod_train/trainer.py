@@ -385,7 +385,7 @@ class Trainer:
         started, cpu = time.perf_counter(), metrics.process_cpu_s()
         with self.watchdog.where.entering(f"the {label} evaluation's rounds", self.global_step):
             accuracy, loss, count = evaluation.evaluate_shard(
-                self.model, self.data, self.backend, label,
+                self.model, self.data, self.backend, label, batch_size=self.options.eval_batch,
                 bound_s=self.options.collective_timeout_s,
                 alive=self.watchdog.alive, delay_s=self._delay_s("eval"))
         self.accuracy_history.append((self.global_step, accuracy))

@@ -27,6 +27,7 @@ class TrainerOptions:
     eval_every_epochs: int
     divergence_check_steps: int
     # The input pipeline and the process.
+    eval_batch: int  # examples per evaluation batch on each rank: --batch_size
     seed: int
     data_threads: int
     deterministic: bool  # op determinism: no batch fetched inside the step
@@ -45,7 +46,8 @@ class TrainerOptions:
             inject_nonfinite=speed.injection(), jit_compile=jit_compile,
             max_nonfinite_steps=speed.max_nonfinite_steps, log_every=train.log_every,
             eval_at_start=train.eval_at_start, eval_every_epochs=train.eval_every_epochs,
-            divergence_check_steps=train.divergence_check_steps, seed=runtime.seed,
+            divergence_check_steps=train.divergence_check_steps,
+            eval_batch=config.data.batch_size, seed=runtime.seed,
             data_threads=config.data.data_threads, deterministic=runtime.deterministic,
             instrument=config.observe.instrument,
             collective_timeout_s=runtime.collective_timeout_s, stop_grace_s=runtime.stop_grace_s,
