@@ -19,8 +19,8 @@ def evaluate_shard(model, data, backend, label: str, *, batch_size: int, bound_s
                    alive, delay_s: float = 0.0) -> tuple[float, float, int]:
     """(accuracy, mean loss, predictions) over every rank's shard, in batches of
     `batch_size` (the training's per-rank batch: what fits in a training step fits
-    here, where a fixed 256 sequences made a 124M-parameter LM's evaluation take 2 GB
-    more than its training). alive() after each round (the watchdog's); delay_s:
+    here, where a fixed 256 sequences took a 124M-parameter LM's ranks to 3.8 GB, 2.9
+    with the training's 2). alive() after each round (the watchdog's); delay_s:
     --inject_delay's slow shard (tests)."""
     info = backend.info
     ds = data.eval_dataset(sharding.ShardInfo(info.rank, info.size), batch_size)
