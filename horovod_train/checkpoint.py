@@ -339,6 +339,8 @@ class Checkpointer:
             self.backend, write if self.backend.info.is_chief else None,
             rounds.round_seconds(self.config.runtime.collective_timeout_s),
             lambda *_: self.heartbeat and self.heartbeat())
+        if self.shards is not None:
+            self.shards.release_state()
         (failed,) = self._agree([1 if error else 0])
         if failed:
             raise error or UsageError("--checkpoint_dir: the chief could not write a checkpoint; "

@@ -49,11 +49,11 @@ class TrainStep:
         self.backend = backend
         self.options = options
         # optimizer_shards.OptimizerShards, or None: the optimizer updates this rank's
-        # shard (one flat variable) and the parameters come back by allgather.
+        # shard (a flat variable per bucket) and the parameters come back by allgather.
         self.shards = shards
         self.variables = model.trainable_variables
         # What the optimizer updates: the parameters, or this rank's shard of them.
-        self.applied = self.variables if shards is None else [shards.shard]
+        self.applied = self.variables if shards is None else shards.pieces
         self.loss_scale = DynamicLossScale(options.loss_scaling)
         self.update_options = update.UpdateOptions(accum_steps=options.accum_steps)
         # One function object per part, shared by the fused and the timed step, so the
@@ -125,7 +125,7 @@ class TrainStep:
         vote rides with the shards' finite verdicts in one small allreduce."""
         vote = tf.reshape(stop_vote, [1])
         if self.shards is not None:
-            shard = [self.shards.scatter(grads)]
+            shard = self.shards.scatter(grads)
             _, finite = update.unscaled_and_verdict(shard, self.loss_scale)
             agreed, votes = self.shards.agree(finite, [vote])
             return shard, votes[0] > 0, agreed

@@ -307,15 +307,15 @@ class DistributedOptimizer(keras.optimizers.LossScaleOptimizer):
         self.shards.refresh()
         update.apply_update(
             shard, self._loss_scale,
-            lambda unscaled: self.inner_optimizer.apply(unscaled, [self.shards.shard]),
+            lambda unscaled: self.inner_optimizer.apply(unscaled, self.shards.pieces),
             on_skip=lambda: self.skipped.assign_add(tf.ones_like(self.skipped)), agreed=agreed)
         self.shards.gather()
 
     def reduce(self, grads, variables) -> list:
         """The gradients over ranks (op, compression), local variables' kept local;
-        sharded, this rank's shard of their mean (one tensor)."""
+        sharded, this rank's shard of their mean (a tensor per bucket)."""
         if self.shards is not None:
-            return [self.shards.scatter(grads)]
+            return self.shards.scatter(grads)
         reduce = hvd_options.gradient_mean(self.strategy.backend, self.opts)
         return update.reduce_gradients(
             grads, reduce, local=[id(v) in self._local_ids for v in variables],
