@@ -135,6 +135,12 @@ VARIANTS = {"accum": (lambda: strategy.distributed_optimizer(keras.optimizers.SG
                 keras.optimizers.Adam(0.01, name="adam"), accum_steps=2), False),
             "adam_sharded": (lambda: strategy.distributed_optimizer(
                 keras.optimizers.Adam(0.01, name="adam"), accum_steps=2,
+                shard_optimizer_state=True), False),
+            # SGD with momentum without accumulation, sharded against unsharded.
+            "momentum": (lambda: strategy.distributed_optimizer(
+                keras.optimizers.SGD(0.05, momentum=0.9, name="sgdm")), False),
+            "momentum_sharded": (lambda: strategy.distributed_optimizer(
+                keras.optimizers.SGD(0.05, momentum=0.9, name="sgdm"),
                 shard_optimizer_state=True), False)}
 dists = {}
 for name, (make_opt, jit) in VARIANTS.items():
@@ -156,9 +162,10 @@ if strategy.is_chief:  # the same updates in one process: batches of 24, plain S
     for name, (dist, digests) in dists.items():
         gap = max(float(np.max(np.abs(a - b)))
                   for a, b in zip(dist.get_weights(), ref.get_weights()))
-        if name.startswith("adam"):  # against the ranks' unsharded Adam
+        base = name.split("_")[0]
+        if base in ("adam", "momentum"):  # against the ranks' unsharded run of it
             gap = max(float(np.max(np.abs(a - b)))
-                      for a, b in zip(dist.get_weights(), dists["adam"][0].get_weights()))
+                      for a, b in zip(dist.get_weights(), dists[base][0].get_weights()))
         out[name] = {"digests": digests, "gap": gap,
                      "updates": int(dist.optimizer.iterations.numpy()),
                      "split": type(dist.train_step).__name__}
@@ -181,9 +188,11 @@ def test_accumulation_over_ranks_equals_one_large_batch(tmp_path):
     assert proc.returncode == 0, proc.stderr[-5000:]
     result = json.loads(out.read_text())
     assert result["moved"] > 1e-2, result
-    assert result["adam"]["digests"][0] != result["accum"]["digests"][0]  # Adam: another run
+    for other in ("adam", "momentum"):  # another run each
+        assert result[other]["digests"][0] != result["accum"]["digests"][0]
     for name, updates in {"accum": 8, "accum_xla": 8, "passes_sum": 16, "accum_sharded": 8,
-                          "adam": 8, "adam_sharded": 8}.items():
+                          "adam": 8, "adam_sharded": 8, "momentum": 16,
+                          "momentum_sharded": 16}.items():
         run = result[name]  # passes_sum: iterations counts backward passes, as Horovod's
         assert len(set(run["digests"])) == 1 and run["updates"] == updates, (name, run)
         assert run["gap"] < 1e-5, (name, run)
