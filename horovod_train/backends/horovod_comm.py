@@ -90,6 +90,7 @@ class HorovodComm(comm.Communicator):
         pieces = tf.reshape(got, [size, splits[self.info.rank], *tensor.shape[1:]])
         total = tf.reduce_sum(pieces, 0)
         return total * (1.0 / size) if op is ReduceOp.AVERAGE else total
+
     def allgather(self, tensor):
         return self._hvd.allgather(tf.convert_to_tensor(tensor))
 
