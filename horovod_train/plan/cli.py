@@ -1,7 +1,8 @@
 """`python -m horovod_train plan ...`: flags -> PlanRequest -> tables / JSON / PNG.
 
-main(argv) returns 0 when at least one configuration fits, 1 when none does (the
-report says why), and 2 on bad input (one line on stderr: received / expected / fix).
+main(argv) returns 0 when a configuration fits (as planned, or with the levers the
+recommendation names), 1 when none does (the report says why), and 2 on bad input
+(one line on stderr: received / expected / fix).
 """
 from __future__ import annotations
 
@@ -268,7 +269,7 @@ def run(argv: list[str], out=None, prog: str = PROG) -> int:
         out.write(report.to_text(req, rows, rec, a, calib, ["; ".join(said.values())]))
         if args.plot:
             out.write(f"plot: {args.plot}\n")
-    return 0 if any(r.fits for r in rows) else 1
+    return 0 if rec.row is not None else 1
 
 
 def main(argv: list[str], prog: str = PROG) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 from horovod_train.config import DEFAULT_BUCKET_MB  # TF-free: the trainer's one constant
@@ -58,6 +59,7 @@ class Row:
     global_batch: float
     prediction: Prediction | None      # None: the batch cannot be split this way
     notes: tuple[str, ...] = ()
+    levers: tuple[str, ...] = ()       # flags added to the request to make it fit (fitted)
 
     @property
     def fits(self) -> bool:
@@ -237,20 +239,16 @@ class Recommendation:
 def recommend(req: PlanRequest, rows: list[Row], a: Assumptions = Assumptions(),
               calib: Calibration = Calibration()) -> Recommendation:
     accum = {r.nodes: accum_for_efficiency(req, r, a, calib) for r in rows}
-    fitting = [r for r in rows if r.fits]
+    candidates = [fitted(req, r, a, calib) for r in rows]
+    fitting = [r for r in candidates if r.fits]
     if not fitting:
-        sharded = dataclasses.replace(req, shard_optimizer_state=True)
-        if not req.shard_optimizer_state and any(
-                evaluate(sharded, r.nodes, a, calib).fits for r in rows if r.world > 1):
-            return Recommendation(None, "no configuration fits in memory as planned; with "
-                                  "--shard_optimizer_state some do: plan (and train) with it",
-                                  accum)
-        return Recommendation(None, "no configuration fits in memory; see the notes", accum)
+        return Recommendation(None, f"no configuration fits in memory, even with "
+                              f"{_levers_tried(req, rows)}; see the notes", accum)
     if req.objective == "cheapest":
         best, why = _cheapest(req, fitting)
         return Recommendation(best, "--objective cheapest: " + why, accum)
     if req.target_hours is not None:
-        rec = _fewest_for_time(req, rows, a, calib, accum)
+        rec = _fewest_for_time(req, candidates, a, calib, accum)
         return dataclasses.replace(rec, reason="--objective fastest: " + rec.reason)
     good = [r for r in fitting if r.prediction.efficiency >= req.target_efficiency]
     if good:
@@ -262,6 +260,66 @@ def recommend(req: PlanRequest, rows: list[Row], a: Assumptions = Assumptions(),
         why = (f"no configuration reaches {req.target_efficiency:.0%} efficiency; this is the "
                f"most efficient (raise --grad_accum_steps, see the accumulation column)")
     return Recommendation(best, "--objective fastest: " + why, accum)
+
+
+# The candidate space: the switches the memory notes name, each its flag, the request
+# field it sets and the fewest GPUs it acts on (one GPU has no optimizer state to shard).
+# fitted() tries every subset of those that are off, each with the accumulation that
+# splits the same samples per optimizer step into micro-batches that fit.
+SWITCHES = (("--shard_optimizer_state", "shard_optimizer_state", 2),
+            ("--gradient_checkpointing", "checkpointing", 1))
+
+
+def fitted(req: PlanRequest, row: Row, a: Assumptions = Assumptions(),
+           calib: Calibration = Calibration()) -> Row:
+    """The candidate at row's node count: the row as planned when it fits (or its batch
+    cannot be split); else, among the configurations the levers make fit, those with the
+    fewest switches on (a switch changes more than accumulation does, and one the memory
+    does not need is not asked for, as a row that fits as planned gets none), the
+    fastest; the row itself when none fits."""
+    if row.fits or row.prediction is None:
+        return row
+    tried = ((on, _with_levers(req, row, on, a, calib)) for on in _switch_sets(req, row.world))
+    fits = [(len(on), r) for on, r in tried if r is not None]
+    if not fits:
+        return row
+    return min(fits, key=lambda t: (t[0], -t[1].prediction.throughput))[1]
+
+
+def _switch_sets(req: PlanRequest, world: int) -> list[tuple]:
+    """Every subset of the switches that are off and act on this many GPUs."""
+    off = [s for s in SWITCHES if not getattr(req, s[1]) and world >= s[2]]
+    return [on for n in range(len(off) + 1) for on in itertools.combinations(off, n)]
+
+
+def _with_levers(req: PlanRequest, row: Row, switches: tuple, a: Assumptions,
+                 calib: Calibration) -> Row | None:
+    """The fewest accumulation steps (a multiple m of the planned ones, the micro-batch
+    divided by m, so the samples per optimizer step stay) that fit with these switches
+    on; None when even MAX_ACCUM steps do not."""
+    lever_req = dataclasses.replace(req, **{field: True for _, field, _ in switches})
+    for m in range(1, MAX_ACCUM // row.accum_steps + 1):
+        micro, k = row.micro_batch / m, row.accum_steps * m
+        if micro < 1:
+            return None
+        if row.micro_batch == int(row.micro_batch) and row.micro_batch % m:
+            continue                     # keep an even split even
+        if (switches or m > 1) and memory(job_for(lever_req, micro, k), req.gpu, row.world,
+                                          a).fits:
+            flags = [s[0] for s in switches]
+            if m > 1:
+                flags += ([] if req.global_batch else [f"--batch_size {micro:g}"]) + [
+                    f"--grad_accum_steps {k}"]
+            found = evaluate(lever_req, row.nodes, a, calib, accum=k, micro=micro)
+            return dataclasses.replace(found, levers=tuple(flags))
+    return None
+
+
+def _levers_tried(req: PlanRequest, rows: list[Row]) -> str:
+    tried = {s for r in rows for on in _switch_sets(req, r.world) for s in on}
+    switches = [s[0] for s in SWITCHES if s in tried]
+    return ", ".join([f"--grad_accum_steps up to {MAX_ACCUM} at the same samples per step"]
+                     + switches)
 
 
 def _cheapest(req: PlanRequest, fitting: list[Row]) -> tuple[Row, str]:
@@ -290,11 +348,13 @@ def _cheapest(req: PlanRequest, fitting: list[Row]) -> tuple[Row, str]:
 
 def _fewest_for_time(req: PlanRequest, rows: list[Row], a: Assumptions,
                      calib: Calibration, accum: dict) -> Recommendation:
-    """Fewest GPUs meeting --target_hours, over the given node counts and powers of two."""
+    """Fewest GPUs meeting --target_hours, over the given node counts and powers of two
+    (one node only without an --interconnect: nothing joins more)."""
+    search = SEARCH_NODES if req.network is not None else (1,)
     candidates = {r.nodes: r for r in rows}
-    for n in SEARCH_NODES:
+    for n in search:
         if n not in candidates:
-            candidates[n] = evaluate(req, n, a, calib)
+            candidates[n] = fitted(req, evaluate(req, n, a, calib), a, calib)
     ok = [r for r in candidates.values()
           if r.fits and hours(req, r) is not None and hours(req, r) <= req.target_hours]
     if ok:
@@ -303,6 +363,9 @@ def _fewest_for_time(req: PlanRequest, rows: list[Row], a: Assumptions,
                               accum)
     fitting = [r for r in candidates.values() if r.fits]
     fastest = max(fitting, key=lambda r: r.prediction.throughput)
-    return Recommendation(fastest, f"no configuration up to {SEARCH_NODES[-1]} nodes finishes "
+    more = ("" if req.network is not None else
+            "; pass --interconnect to search more nodes")
+    top = max(candidates)
+    return Recommendation(fastest, f"no configuration up to {top} node{'s' * (top > 1)} finishes "
                           f"within {req.target_hours:g} h; this is the fastest "
-                          f"({hours(req, fastest):.1f} h)", accum)
+                          f"({hours(req, fastest):.1f} h){more}", accum)

@@ -80,7 +80,7 @@ def to_dict(req: PlanRequest, rows: list[Row], rec: Recommendation, a: Assumptio
             "nodes": best.nodes, "gpus": best.world, "batch_per_gpu": best.micro_batch,
             "grad_accum_steps": best.accum_steps, "global_batch": best.global_batch,
             "hours": hours(req, best), "gpu_hours": gpu_hours(req, best),
-            "cost_usd": cost(req, best), "reason": rec.reason},
+            "cost_usd": cost(req, best), "levers": list(best.levers), "reason": rec.reason},
         "recommendation_reason": rec.reason,
     }
 
@@ -201,7 +201,9 @@ def _recommendation_line(req: PlanRequest, rec: Recommendation) -> str:
     h, g, c = hours(req, r), gpu_hours(req, r), cost(req, r)
     length = "" if h is None else f", {h:.2f} h = {g:,.1f} GPU-hours"
     money = "" if c is None else f" = ${c:,.2f}"
+    levers = (f"as planned it does not fit, with {' '.join(r.levers)} it does; " if r.levers
+              else "")
     return (f"Recommendation: {plural(r.nodes, 'node')} = {plural(r.world, 'GPU')}, batch/GPU "
             f"{r.micro_batch:g} x {plural(r.accum_steps, 'accumulation step')}, global batch "
             f"{r.global_batch:g}: {p.throughput:,.0f} samples/s at {p.efficiency:.1%} "
-            f"efficiency{length}{money} ({rec.reason}).")
+            f"efficiency{length}{money} ({levers}{rec.reason}).")

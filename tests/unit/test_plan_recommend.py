@@ -94,3 +94,13 @@ def test_hours_gpu_hours_and_cost_only_for_what_fits():
     assert does_not_fit(misfit) == "57.7 GiB > 40 GiB" and does_not_fit(fit) is None
     assert cost(req, fit) == pytest.approx(3 * gpu_hours(req, fit))
     assert gpu_hours(req, fit) == pytest.approx(16 * hours(req, fit))
+
+
+def test_target_hours_on_one_node_without_a_network_searches_no_more_nodes():
+    """Found while fixing issue 55 item 7: --target_hours searched up to 1024 nodes even
+    where no --interconnect joins them, and the search died with an AttributeError."""
+    req = _req("--model", "resnet50", "--batch_size", "64", "--gpu", "a100-80gb",
+               "--epochs", "90", "--target_hours", "1")
+    rec = recommend(req, evaluate_all(req))
+    assert rec.row.nodes == 1 and "--interconnect" in rec.reason
+    assert hours(req, rec.row) > 1 and "finishes within 1 h" in rec.reason

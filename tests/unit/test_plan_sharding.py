@@ -46,10 +46,11 @@ def test_sharding_is_recommended_where_it_makes_the_model_fit():
     assert "--shard_optimizer_state fits as is" in row.notes[0]
     assert "a bigger GPU" not in row.notes[0] and "GPU with more memory" not in row.notes[0]
     rec = recommend(plain, evaluate_all(plain))
-    assert rec.row is None and "with --shard_optimizer_state some do" in rec.reason
+    assert rec.row.levers == ("--shard_optimizer_state",)   # planned with it (issue 55)
     sharded = _req(*XL, "--shard_optimizer_state")
     rows = evaluate_all(sharded)
     assert rows[0].fits and recommend(sharded, rows).row is rows[0]
+    assert rows[0].levers == () and rec.row.prediction == rows[0].prediction
 
 
 def test_still_a_bigger_gpu_where_sharding_cannot_help():
