@@ -27,7 +27,7 @@ import zipfile
 import numpy as np
 from absl import logging
 
-from horovod_train import checkpoint_commit as commit
+from horovod_train import checkpoint_commit as commit, checkpoint_meta
 from horovod_train.checkpoint_fingerprint import differences, fingerprint
 from horovod_train import fs
 from horovod_train.checkpoint_format import (FORMAT, check_format, check_names, check_shapes,
@@ -172,6 +172,7 @@ def load_latest(directory: str, config, variables, facts: dict | None = None):
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             logging.warning("checkpoint | %s is unreadable (%s); trying the previous one", path, err)
             continue
+        checkpoint_meta.check(meta, path)  # values out of range: refused, not skipped
         _check_compatible(path, meta, config, len(names), facts)
         # Format 1 (by position, before the names) has its count and shapes alone.
         if not is_positional(meta):
@@ -207,11 +208,13 @@ def _check_compatible(path, meta, config, num_variables, facts=None):
 
 
 def newest_meta(directory: str) -> dict | None:
-    """meta.json of the checkpoint a restore would try first: the newest readable one."""
+    """meta.json of the checkpoint a restore would try first: the newest readable one,
+    with the path it was read from (checkpoint_meta.READ_FROM) for the ranks it is
+    shared with."""
     for _, path in list_checkpoints(directory):
         try:
             if _unreadable(path) is None:
-                return read_meta(path)
+                return dict(read_meta(path), **{checkpoint_meta.READ_FROM: path})
         except (OSError, ValueError):  # changed since: the restore will say what it finds
             continue
     return None

@@ -5,6 +5,9 @@ the record, loop.py reads it to plan a resume.
 """
 import dataclasses
 import json
+import os
+
+from horovod_train import checkpoint_commit as commit, checkpoint_meta
 
 # Config fields that change the shape of the state or the data order: a checkpoint made
 # with other values cannot be continued exactly.
@@ -52,7 +55,7 @@ def _global_batch_diff(stored: dict, config, world_size) -> list[str]:
     """The global batch must be the one resume.plan chose: the checkpoint's, unless the
     change was allowed. Checked again here because an older checkpoint than the one the
     plan read may be the one that loads."""
-    written = written_by({"step": 0, "fingerprint": stored}, config)
+    written = _written({"step": 0, "fingerprint": stored}, config)
     if written is None or world_size is None or config.train.allow_global_batch_change:
         return []
     now = world_size * config.data.batch_size * config.speed.grad_accum_steps
@@ -64,7 +67,23 @@ def _global_batch_diff(stored: dict, config, world_size) -> list[str]:
 def written_by(meta: dict, config) -> "resume.Written | None":
     """What a checkpoint's meta.json records of the run that wrote it, for resume.plan;
     None when it recorded no world size (too old to resume on another one). A meta
-    without a learning-rate record (older) used the rule of a fresh start."""
+    without a learning-rate record (older) used the rule of a fresh start. Every value
+    read is checked first (checkpoint_meta: a UsageError names one out of range)."""
+    checkpoint_meta.check(meta, _newest_path(meta, config))
+    return _written(meta, config)
+
+
+def _newest_path(meta: dict, config) -> str:
+    """Where the checkpoint whose meta every rank has (the chief's newest) lies: as the
+    chief read it (checkpoint.newest_meta), else as its step names it."""
+    if isinstance(meta.get(checkpoint_meta.READ_FROM), str):
+        return meta[checkpoint_meta.READ_FROM]
+    step = meta.get("step")
+    named = commit.name(step) if type(step) is int and step >= 0 else "ckpt-?"
+    return os.path.join(config.train.checkpoint_dir or ".", named)
+
+
+def _written(meta: dict, config) -> "resume.Written | None":
     from horovod_train import resume
     stored = meta["fingerprint"]
     ranks = stored.get("world_size")
