@@ -3,6 +3,7 @@
     python scripts/run_horovod_examples.py --horovod_repo DIR              # ours
     python scripts/run_horovod_examples.py --horovod_repo DIR --against horovod.tensorflow
     python scripts/run_horovod_examples.py --horovod_repo DIR --full       # their own lengths
+    python scripts/run_horovod_examples.py --horovod_repo DIR --rev v0.28.1 --check_mends
 
 DIR is a (bare) git directory of Horovod. The two Keras examples
 (examples/tensorflow2/tensorflow2_keras_mnist.py, tensorflow2_keras_synthetic_benchmark.py:
@@ -222,6 +223,23 @@ def apply_mends(text, mends):
             bad_input(f"mend {why!r}: {old!r} occurs {count} times (expected once)")
         text = text.replace(old, new)
     return text
+
+
+def check_mended(example, against, mends, original, mended):
+    """Exits 2 unless the mended script is what the mends promise: the import of
+    `against`'s member for the example's API, neither Keras 2 call left, and one changed
+    line per mend (none for an import that was Horovod's already). The tool's own check,
+    run on every extraction: Horovod's text is read from a git dir no CI machine has."""
+    module = module_for(EXAMPLES[example].api, against)
+    changed, _ = diff_of(example, original, mended)
+    problems = [what for what, bad in (
+        (f"no 'import {module} as hvd' line", f"import {module} as hvd\n" not in mended),
+        ("opt.variables() left", "opt.variables()" in mended),
+        ("experimental_run_tf_function=False) left", "experimental_run_tf_function=False)" in mended),
+        (f"{changed} changed lines for {len(mends)} mends", int(changed.split()[0]) != len(mends)),
+    ) if bad]
+    if problems:
+        bad_input(f"{example} mended against {against}: {'; '.join(problems)}")
 
 
 def diff_of(name, before, after):
@@ -567,6 +585,9 @@ def parse_args(argv=None):
                    "smallest at its 224x224 input)")
     p.add_argument("--timeout", type=float, default=1200, help="seconds per case")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, rank dirs)")
+    p.add_argument("--check_mends", action="store_true",
+                   help="only check that every mend matches once and does what it says, "
+                   "for both --against families and with and without --full; start no ranks")
     args = p.parse_args(argv)
     unknown = set(args.examples.split(",")) - set(EXAMPLES)
     bad = set(args.controllers.split(",")) - set(CONTROLLERS)
@@ -588,6 +609,7 @@ def prepare(work, args):
         original = extract(args.horovod_repo, args.rev, path)
         mends = mends_for(example, args)
         mended = apply_mends(original, mends)
+        check_mended(example, args.against, mends, original, mended)
         changed, diff = diff_of(os.path.basename(path), original, mended)
         target = os.path.join(work, os.path.basename(path))
         with open(target, "w") as f:
@@ -614,8 +636,24 @@ def cases(args):
     return run, skipped
 
 
+def check_all_mends(args):
+    """--check_mends: every example, mended for each family and run length, checked."""
+    for against in ("horovod_train.keras", "horovod.tensorflow"):
+        for full in (False, True):
+            for example in args.examples.split(","):
+                variant = argparse.Namespace(**{**vars(args), "against": against, "full": full})
+                original = extract(args.horovod_repo, args.rev, EXAMPLES[example].path)
+                mends = mends_for(example, variant)
+                check_mended(example, against, mends, original, apply_mends(original, mends))
+                print(f"mends ok | {example} against {against}{' --full' if full else ''}: "
+                      f"{len(mends)} mends")
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.check_mends:
+        return check_all_mends(args)
     work = tempfile.mkdtemp(prefix="horovod_examples_")
     try:
         scripts = prepare(work, args)
