@@ -7,8 +7,9 @@ the loop is visible in one place; loop.py builds them and writes the summary fro
 record, reading nothing else of the Trainer.
 """
 import dataclasses
+import os
 
-from horovod_train import precision
+from horovod_train import checkpoint_commit, checkpoint_meta, precision
 from horovod_train.data import layouts as layouts_lib
 
 
@@ -107,9 +108,18 @@ class CheckpointKeeper:
         step, recorded = self.checkpointer.restore()
         if recorded is not None:  # (epoch, examples): any world size continues from it
             layouts = self.recorded[1] if step == self.recorded[0] else ()
+            self._check_epoch_end(step, recorded[1], layouts)
             return Position(step, *recorded, layouts=layouts)
         epoch, in_epoch = divmod(step, self.grid.per_epoch)  # older: the same grid wrote it
         return Position(step, epoch, in_epoch * self.grid.examples_per_step)
+
+    def _check_epoch_end(self, step: int, examples: int, layouts: tuple):
+        """A recorded position leaves a global batch of its epoch (the last layout's, the
+        writer's) to train: checked here, where the data's size is known (every rank, on
+        the chief's agreed position)."""
+        last = layouts[-1].world_size * layouts[-1].step_batch if layouts else 1
+        path = os.path.join(self.checkpointer.directory, checkpoint_commit.name(step))
+        checkpoint_meta.check_epoch_end(path, examples, self.grid.num_examples, last)
 
     def after_step(self, position: Position, last: bool):
         grid = self.grid

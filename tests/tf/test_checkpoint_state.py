@@ -8,7 +8,9 @@ import keras
 import numpy as np
 import pytest
 
+from checkpoint_edit import recommit
 from horovod_train import checkpoint, precision
+from horovod_train.data.layouts import Layout
 from horovod_train import config as cfg
 from horovod_train.errors import UsageError
 
@@ -140,3 +142,34 @@ def test_keras_paths_and_the_loss_scale_names_round_trip(tmp_path):
     reader.close()
     for variable, value in zip(state, written):
         np.testing.assert_array_equal(variable.numpy(), value.numpy())
+
+
+@pytest.mark.parametrize("examples, refused", [(1184, False), (1216, True), (1248, True),
+                                               (64_000, True)])
+def test_a_position_past_its_epochs_end_is_refused_at_restore(tmp_path, examples, refused):
+    """issue 55, item 2: a meta.json position past its epoch's end (edited, its marker's CRC
+    recomputed) trained a different run in silence. The writer begins the next epoch once
+    less than a global batch is left, so with 1240 examples and a global batch of 32 the
+    last position it records is 1184 (1216 + 32 > 1240): the data's size, known at
+    restore, bounds it."""
+    from horovod_train.grid import epoch_grid
+    from horovod_train.trainer_types import CheckpointKeeper
+
+    ckpt, _ = _classifier(10, directory=str(tmp_path))
+    ckpt.maybe_save(30, position=(0, 960, [[1, 32, 960]]))  # 30 steps of 32
+    ckpt.close()
+    recommit(tmp_path / "ckpt-000000030", lambda meta: meta["position"].update(
+        epoch_examples=examples, layouts=[[1, 32, examples]]))
+    again, _ = _classifier(10, directory=str(tmp_path))
+    recorded = (30, (Layout(1, 32, examples),))  # as loop.py reads them from the meta
+    keeper = CheckpointKeeper(again, epoch_grid(1240, 32, 1, 3), recorded)
+    try:
+        if not refused:
+            assert keeper.restore().epoch_examples == examples
+            return
+        with pytest.raises(UsageError) as err:
+            keeper.restore()
+    finally:
+        keeper.close()
+    assert re.search(rf"field position\.epoch_examples: received {examples}; expected at "
+                     r"most 1208 .*Fix: move \S+ckpt-000000030 aside", str(err.value))

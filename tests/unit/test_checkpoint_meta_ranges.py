@@ -11,11 +11,11 @@ No TF: numpy arrays stand in for the variables.
 import json
 import math
 import os
-import zlib
 
 import numpy as np
 import pytest
 
+from checkpoint_edit import recommit
 from horovod_train import checkpoint, checkpoint_fingerprint, resume
 from horovod_train import config as cfg
 from horovod_train.data import layouts
@@ -31,22 +31,10 @@ RECORD = {"lr_schedule": {"scale": 2.0, "warmup_steps": 10},
 
 
 def write_edited(directory, edit, step=30) -> str:
-    """A committed ckpt-<step> in `directory` whose meta.json `edit(meta)` changed, its
-    COMMIT marker's size and CRC-32 recomputed so the commit check passes."""
-    config = CONFIG
-    path = checkpoint.save(str(directory), step, STATE, config, keep=3,
+    """A committed ckpt-<step> in `directory` whose meta.json `edit(meta)` changed."""
+    path = checkpoint.save(str(directory), step, STATE, CONFIG, keep=3,
                            facts={"world_size": 2}, record=json.loads(json.dumps(RECORD)))
-    with open(os.path.join(path, "meta.json")) as f:
-        meta = json.load(f)
-    edit(meta)
-    text = json.dumps(meta, indent=2).encode()  # json writes nan/inf as NaN/Infinity
-    with open(os.path.join(path, "meta.json"), "wb") as f:
-        f.write(text)
-    with open(os.path.join(path, "COMMIT")) as f:
-        marker = json.load(f)
-    marker["files"]["meta.json"] = {"size": len(text), "crc32": zlib.crc32(text)}
-    with open(os.path.join(path, "COMMIT"), "w") as f:
-        json.dump(marker, f)
+    recommit(path, edit)
     return path
 
 
