@@ -2,7 +2,9 @@
 
 `python -m horovod_train [flags]` and `horovod_train [flags]` are the same; the other
 subcommands (plan, data, report, launch) are horovod_train/commands.py's.
-Bad input exits with code 2 and one line on stderr, never a traceback.
+Bad input exits with code 2 and one line on stderr, never a traceback. Every line this
+module prints, a traceback included, and every log line has its credentials masked
+(launch/redact.py): a URL's userinfo is never shown.
 --help lists our flags by heading (horovod_train.flags.help_text) without importing
 TensorFlow; --helpfull adds absl's own.
 """
@@ -17,6 +19,7 @@ from horovod_train import flags as ht_flags
 from horovod_train.errors import UsageError
 from launch import usage
 from launch.argv import normalize_flag_names
+from launch.redact import redact
 
 FLAGS = flags.FLAGS
 # absl's --help prints only the main module's flags (ours live in horovod_train.flags,
@@ -29,7 +32,8 @@ _INSTALL_FIX = "pip install 'horovod_train[tf]' (or make setup)"
 
 
 def _fail(message: str):
-    print(f"horovod_train: error: {message}", file=sys.stderr)
+    # One line even when a filesystem's message brought its own newlines (gs://).
+    print(usage.error_line("horovod_train", redact(message)), file=sys.stderr)
     sys.exit(2)
 
 
@@ -96,6 +100,7 @@ def _missing_module(err: BaseException) -> str | None:
 
 
 def main(argv):
+    console.redact_logs()  # absl's handler exists from here (app.run set it up)
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]!r}; flags look like --name=value")
     try:
@@ -140,11 +145,11 @@ def _leave(code: int, message: str | None = None, traceback_of: BaseException | 
     also avoids teardown hangs after a broken collective."""
     if traceback_of is not None:
         import traceback
-        traceback.print_exception(traceback_of, file=sys.stderr)
+        sys.stderr.write(redact("".join(traceback.format_exception(traceback_of))))
     if message:
         # One write: print() writes the text and its newline apart, and under mpirun two
         # ranks leaving at once (exit 4) then merge their lines into one.
-        sys.stderr.write(f"horovod_train: {message}\n")
+        sys.stderr.write(f"horovod_train: {redact(message)}\n")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -25,6 +25,8 @@ import signal
 import subprocess
 import sys
 
+from launch.redact import redact
+
 VERBOSE_ENV = "HOROVOD_TRAIN_VERBOSE"
 TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"  # TensorFlow's C++ log threshold (1: no INFO)
 # The NVIDIA kernel driver's own file: present on a host whose GPUs the driver runs.
@@ -162,8 +164,36 @@ class LineFormatter(logging.Formatter):
         return f"{source}{text}"
 
 
+class RedactLogs(logging.Filter):
+    """Masks credentials in a record before any formatter sees it (launch/redact.py):
+    the message with its arguments, and the text of an exception it carries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        shown = redact(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+def redact_logs() -> None:
+    """RedactLogs on absl's handler and the root logger's, once each (idempotent): every
+    Python log line of a rank (ours, TensorFlow's, Keras') passes one of them."""
+    from absl import logging as absl_logging
+    handlers = [absl_logging.get_absl_handler(), *logging.getLogger().handlers]
+    for handler in handlers:
+        if not any(isinstance(f, RedactLogs) for f in handler.filters):
+            handler.addFilter(RedactLogs())
+
+
 def use_plain_lines(environ=None) -> None:
-    """Our log lines without absl's prefix (kept under HOROVOD_TRAIN_VERBOSE)."""
+    """Our log lines without absl's prefix (kept under HOROVOD_TRAIN_VERBOSE); credentials
+    masked either way."""
+    redact_logs()
     if verbose(environ):
         return
     from absl import logging as absl_logging

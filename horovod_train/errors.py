@@ -2,16 +2,22 @@
 
 A UsageError is bad input from the user. The CLI prints its message on one line and
 exits with code 2, without a traceback, so every message must stand on its own: what
-was received, what was expected, and the exact fix.
+was received, what was expected, and the exact fix. A message never holds a credential:
+the constructor masks every URL's userinfo and secret query values (launch/redact.py),
+so each subclass and every place that prints one shows the path without them.
 """
 import math
 import numbers
 
-from launch.usage import did_you_mean  # stdlib only, as this module is
+from launch.redact import redact  # stdlib only, as this module is
+from launch.usage import did_you_mean
 
 
 class UsageError(ValueError):
-    """Bad user input; str(err) is the whole one-line message."""
+    """Bad user input; str(err) is the whole one-line message, credentials masked."""
+
+    def __init__(self, *args):
+        super().__init__(*(redact(arg) for arg in args))
 
 
 class NotSupported(UsageError, NotImplementedError):

@@ -1,8 +1,17 @@
 """The one place where paths touch a filesystem: data, and checkpoints. TF-free at import.
 
 A path is a local path (`/data/x`, `data/x`, `file:///data/x`) or a URL of a
-filesystem TensorFlow has registered: `gs://` and `ram://` come with it; `s3://` and
-`hdfs://` with tensorflow-io, which _gfile imports for a scheme TensorFlow lacks.
+filesystem TensorFlow has registered. TensorFlow 2.21 registers `gs://` and `ram://`
+(and `file://`), and nothing else: `s3://`, `hdfs://` and `az://` are not served (they
+were tensorflow-io's, whose last release, 0.37.1, predates TensorFlow 2.21; this project
+neither installs nor tests it). A path with such a scheme is refused in one line naming
+it and TensorFlow's reason ("File system scheme 's3' not implemented"). For a scheme
+TensorFlow lacks, _gfile still imports `tensorflow_io` if one is installed, so a build
+that does load with this TensorFlow would register its filesystems.
+
+A URL may hold credentials (`s3://KEY:SECRET@bucket/x`): they are used as given here,
+and masked wherever a path is shown (launch/redact.py; the sinks are the error types,
+the log filter, the JSON writers and the trainer's last line).
 
 The rule, in one function (`_gfile`): a URL goes through tf.io.gfile, the layer that
 TensorFlow's own readers and writers (TFRecordDataset, TFRecordWriter, tf.data's file
@@ -19,7 +28,7 @@ Errors: every call raises OSError (FileNotFoundError for a missing path), whiche
 side served it, so callers handle one kind; a URL's OSError carries TensorFlow's message.
 
 Renaming (`renames_atomically`, the rule in one place): a local disk renames a directory
-in one step (POSIX rename), and so does HDFS; on object stores (gs://, s3://) a
+in one step (POSIX rename), and so would HDFS; on object stores (gs://, s3://) a
 "rename" copies object by object, TensorFlow's ram:// renames a directory without its
 files, and a filesystem this module does not know is treated the same: not atomic.
 Checkpoints (checkpoint_commit.py) commit by rename only where it is atomic. For tests
@@ -94,7 +103,8 @@ def _gfile(path: str):
         return None
     import tensorflow as tf
     if scheme(path) not in tf.io.gfile.get_registered_schemes():
-        # s3://, hdfs://, az:// ... are tensorflow-io's, registered when it is imported.
+        # s3://, hdfs://, az:// were tensorflow-io's, registered when it is imported;
+        # none is installed with TensorFlow 2.21 (the module's doc).
         with contextlib.suppress(ImportError):
             import tensorflow_io  # noqa: F401
     return tf.io.gfile

@@ -12,6 +12,7 @@ import numpy as np
 
 from horovod_train import filemode
 from horovod_train.errors import write_error
+from launch.redact import redact_tree
 
 
 def process_cpu_s() -> float:
@@ -277,8 +278,10 @@ def _write_atomic(path: str, write_fn, mode: str, flag: str):
 
 
 def write_json_atomic(path: str, payload: dict, flag: str = "--summary_json"):
-    """flag: what the message names (the summary's default path is under --run_dir)."""
-    _write_atomic(path, lambda f: json.dump(payload, f, indent=2, sort_keys=True), "w", flag)
+    """flag: what the message names (the summary's default path is under --run_dir).
+    Credentials in its strings (the config's paths) are masked: launch/redact.py."""
+    shown = redact_tree(payload)
+    _write_atomic(path, lambda f: json.dump(shown, f, indent=2, sort_keys=True), "w", flag)
 
 
 def write_npz_atomic(path: str, variables, flag: str = "--export_weights"):

@@ -17,6 +17,7 @@ from horovod_train.observe import baseline
 from horovod_train.observe.observer import BREAKDOWN_PARTS, RENAMED_PARTS, traced
 from launch import usage
 from launch.argv import normalize_flag_names
+from launch.redact import redact
 
 PROG = "horovod_train.report"
 
@@ -202,11 +203,11 @@ def main(argv=None, prog: str = PROG) -> int:
         return 2
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    print(format_table(table_rows(runs)))
+    print(redact(format_table(table_rows(runs))))  # a run's name is its directory's
     if not args.no_plots:
         out = args.out or os.path.commonpath([os.path.abspath(r.path) for r in runs])
         for path in write_plots(runs, out):
-            print(f"wrote {path}")
+            print(f"wrote {redact(path)}")
     return 0
 
 

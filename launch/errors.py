@@ -3,12 +3,17 @@
 A LaunchError is bad user input found before anything is started. `python -m launch`
 prints str(err) on one line and exits 2, so every message must stand alone: where the
 problem is (file:line or flag), what was received, what was expected, and the fix by
-example (the project's one format: launch/usage.py).
+example (the project's one format: launch/usage.py). A message never holds a
+credential: the constructor masks URL userinfo and secret query values (launch/redact.py).
 """
+from launch.redact import redact
 
 
 class LaunchError(ValueError):
-    """Bad launch input; str(err) is the whole one-line message."""
+    """Bad launch input; str(err) is the whole one-line message, credentials masked."""
+
+    def __init__(self, *args):
+        super().__init__(*(redact(arg) for arg in args))
 
 
 def _show(value) -> str:

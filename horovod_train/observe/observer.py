@@ -16,6 +16,7 @@ from horovod_train.errors import UsageError, write_error
 from horovod_train.observe import baseline, profiler, progress
 from horovod_train.observe.straggler import StragglerWatch, wait_scalars, wait_tags
 from horovod_train.observe.writer import BackgroundWriter
+from launch.redact import redact_tree
 
 METRICS_FILE = "metrics.jsonl"
 # The breakdown's parts, in order, and what each one is: the console's legend line, the
@@ -140,8 +141,9 @@ class ChiefObserver(NullObserver):
         self._writer = BackgroundWriter()
 
     def _append(self, record: dict):
+        # The start record holds the config, paths included: no credential in the file.
         with _writing(self._jsonl_path):
-            self._jsonl.write(json.dumps(record, sort_keys=True) + "\n")
+            self._jsonl.write(json.dumps(redact_tree(record), sort_keys=True) + "\n")
             self._jsonl.flush()
 
     def _write(self, record: dict, scalars: dict):
