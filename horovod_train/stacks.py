@@ -3,8 +3,12 @@
 Each rank of a run with --run_dir keeps, in RUN_DIR/stacks/:
   rank<R>.json   its pid, host and main thread, written at start (what `python -m launch
                  stacks` reads to find the ranks);
-  rank<R>.txt    its Python stacks, all threads, appended at every dump;
+  rank<R>.txt    its Python stacks, all threads, appended at every dump (the newest
+                 MAX_DUMP_BYTES of whole dumps);
   rank<R>.where.json   at every dump: the collective it was in (name, step, bytes).
+The directory is this user's and 0700, its files 0600, and none is opened through a link
+(launch/private_files.py): a stacks dir another user made is refused in one line, and
+the run goes on without dumps.
 A dump is faulthandler's, from a thread of ours while the main thread waits inside a
 C++ collective (which releases the interpreter). It happens when this rank's watchdog
 fires, when a collective fails because a peer was lost, and on request: `python -m launch
@@ -30,10 +34,16 @@ import socket
 import threading
 import time
 
-from launch.stacks import DIR_NAME, REQUEST, summary, wait_for_dumps
+from absl import logging
+
+from launch.private_files import PrivateDir, Refused, describe, is_ours
+from launch.stacks import DIR_NAME, REQUEST, process_identity, summary, wait_for_dumps
 
 STACK_SIGNAL = signal.SIGUSR2
 POLL_S = 0.5  # how often a rank looks for a request: a stat, nothing more
+# rank<R>.txt's cap: a request every few seconds for hours (29 MB an hour) must not fill a
+# disk. 4 MiB holds a thousand or more dumps of a usual rank; past it the oldest go.
+MAX_DUMP_BYTES = 4 * 2**20
 
 
 class Whereabouts:
@@ -66,70 +76,145 @@ class Whereabouts:
 
 @dataclasses.dataclass
 class StackDump:
-    """This rank's stack files under `directory` (RUN_DIR/stacks)."""
+    """This rank's stack files under `directory` (RUN_DIR/stacks), a directory of this
+    user's, 0700, every file in it 0600 and written without following a link
+    (launch/private_files.py): the run dir may be storage other users can write."""
     directory: str
     rank: int
     where: Whereabouts = dataclasses.field(default_factory=Whereabouts)
+    _dir: PrivateDir | None = None
     _file: object = None
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _foreign_request: bool = False  # said once: a REQUEST not ours is ignored
+    _since: float = 0.0  # requests older than this rank are not for it
+
+    def name(self, suffix: str, rank: int | None = None) -> str:
+        return f"rank{self.rank if rank is None else rank}{suffix}"
 
     def path(self, suffix: str, rank: int | None = None) -> str:
-        return os.path.join(self.directory, f"rank{self.rank if rank is None else rank}{suffix}")
+        return os.path.join(self.directory, self.name(suffix, rank))
+
+    @property
+    def enabled(self) -> bool:
+        return self._dir is not None
 
     def install(self) -> "StackDump":
         """Opens the stack file and answers STACK_SIGNAL with a dump (not at import:
-        called once the rank is known)."""
-        os.makedirs(self.directory, exist_ok=True)
-        for stale in (".txt", ".where.json"):  # a relaunch's files start empty
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path(stale))
-        self._file = open(self.path(".txt"), "a", buffering=1)
-        faulthandler.register(STACK_SIGNAL, file=self._file, all_threads=True, chain=False)
-        _write_json(self.path(".json"), {
-            "pid": os.getpid(), "host": socket.gethostname(),
-            "slurm_node": os.environ.get("SLURMD_NODENAME"),  # under Slurm, its node's name
-            "main_thread": f"0x{threading.main_thread().ident:016x}"})
+        called once the rank is known). A stacks dir that is not this user's is refused
+        in one line, and the run goes on without dumps."""
+        # Before rank<R>.json exists (a request needs it), and a little earlier: a file's
+        # time comes from the kernel's coarse clock, up to a tick behind time.time().
+        self._since = time.time() - 0.05
+        try:
+            self._dir = PrivateDir.open(self.directory)
+            self._open_files()
+        except (Refused, OSError) as err:  # a dump is an aid: the run goes on without
+            logging.warning("stacks | %s; this run goes on without stack dumps",
+                            err if isinstance(err, Refused) else f"{self.directory!r}: {err}")
+            self.close()
+            return self
         self._thread = threading.Thread(target=self._serve, name="stack-requests", daemon=True)
         self._thread.start()
         return self
 
+    def _open_files(self) -> None:
+        self._dir.remove(self.name(".where.json"))  # a relaunch's files start empty
+        self._use_stack_file(self._dir.write_new(self.name(".txt"), b""))
+        identity = process_identity(os.getpid()) or {}
+        self._dir.write_atomic(self.name(".json"), json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "slurm_node": os.environ.get("SLURMD_NODENAME"),  # under Slurm, its node's name
+            "main_thread": f"0x{threading.main_thread().ident:016x}",
+            # Which process this pid is: `launch stacks --native` checks it before py-spy.
+            "start": identity.get("start"), "boot": identity.get("boot")}).encode())
+
+    def _use_stack_file(self, fd: int) -> None:
+        """Dumps go to `fd` from now on, faulthandler's on STACK_SIGNAL too."""
+        old, self._file = self._file, os.fdopen(fd, "a", buffering=1)
+        faulthandler.register(STACK_SIGNAL, file=self._file, all_threads=True, chain=False)
+        if old is not None:
+            old.close()
+
     def _serve(self):
-        """Answers every REQUEST newer than this rank's start with one dump."""
-        answered = time.time()
-        request = os.path.join(self.directory, REQUEST)
+        """Answers every REQUEST newer than this rank's start with one dump, and keeps
+        the stack file under its cap (STACK_SIGNAL's dumps bypass dump())."""
+        answered = self._since
         while not self._stop.wait(POLL_S):
-            try:
-                asked = os.stat(request).st_mtime
-            except OSError:
-                continue
-            if asked > answered:
+            asked = self._asked()
+            if asked is not None and asked > answered:
                 answered = asked
                 self.dump("on request")
+            else:
+                with self._lock:
+                    self._keep_under_cap()
+
+    def _asked(self) -> float | None:
+        """When REQUEST was last touched, if it is a file of this user's: one another
+        user put there (while the directory was open to them), or a link, is ignored."""
+        found = self._dir.entry(REQUEST)
+        if found is None:
+            return None
+        if is_ours(found):
+            return found.st_mtime
+        if not self._foreign_request:
+            self._foreign_request = True
+            path = os.path.join(self.directory, REQUEST)
+            logging.warning("stacks | %r: received %s; expected a file of yours. Fix: remove "
+                            "it (rm %s); until then no request is answered", path,
+                            describe(found), path)
+        return None
 
     def dump(self, reason: str, error: BaseException | None = None) -> None:
         """Appends every thread's stack and where this rank waits. With `error` (a
         collective that failed), the main thread's stack is where it raised, and the
         collective is the one it left."""
+        with self._lock:
+            if self._file is None:
+                return
+            self._file.write(f"== {time.strftime('%H:%M:%S')} {reason}\n")
+            if error is not None:
+                self._file.write(_as_dump(error))
+            self._file.flush()
+            faulthandler.dump_traceback(self._file, all_threads=True)
+            self._keep_under_cap()
+            where = self.where.failed if error is not None else self.where.snapshot()
+            self._dir.write_atomic(self.name(".where.json"), json.dumps(
+                {"reason": reason, "time": time.time(), "where": where}).encode())
+
+    def _keep_under_cap(self) -> None:
+        """Past MAX_DUMP_BYTES, the stack file keeps its newest whole dumps in half of it
+        (halving, so that a request loop rewrites it once per many dumps)."""
         if self._file is None:
             return
-        self._file.write(f"== {time.strftime('%H:%M:%S')} {reason}\n")
-        if error is not None:
-            self._file.write(_as_dump(error))
         self._file.flush()
-        faulthandler.dump_traceback(self._file, all_threads=True)
-        where = self.where.failed if error is not None else self.where.snapshot()
-        _write_json(self.path(".where.json"), {"reason": reason, "time": time.time(),
-                                               "where": where})
+        size = os.fstat(self._file.fileno()).st_size
+        if size > MAX_DUMP_BYTES:
+            kept = newest_dumps(os.pread(self._file.fileno(), size, 0), MAX_DUMP_BYTES // 2)
+            self._use_stack_file(self._dir.write_new(self.name(".txt"), kept))
 
     def close(self):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._file is not None:
-            faulthandler.unregister(STACK_SIGNAL)
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                faulthandler.unregister(STACK_SIGNAL)
+                self._file.close()
+                self._file = None
+            if self._dir is not None:
+                self._dir.close()
+                self._dir = None
+
+
+def newest_dumps(text: bytes, keep: int) -> bytes:
+    """The newest whole dumps of `text` (each starts at a '== ' line) that fit in `keep`
+    bytes; of a single dump larger than that, its last `keep` bytes."""
+    if len(text) <= keep:
+        return text
+    cut = text.find(b"\n== ", len(text) - keep - 1)
+    return text[cut + 1:] if cut >= 0 else text[-keep:]
 
 
 def _as_dump(error: BaseException) -> str:
@@ -142,13 +227,6 @@ def _as_dump(error: BaseException) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _write_json(path: str, payload: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f)
-    os.replace(tmp, path)  # a reader never sees half of it
-
-
 def report(dump: StackDump, world_size: int, is_chief: bool, reason: str,
            wait_s: float, error: BaseException | None = None) -> None:
     """On a stall or a lost peer (`error`), on every rank: dump this rank's stacks. The
@@ -159,6 +237,8 @@ def report(dump: StackDump, world_size: int, is_chief: bool, reason: str,
     if not is_chief:
         time.sleep(wait_s + 1.0)
         return
+    if not dump.enabled:
+        return  # its directory was refused (install said so): no summary to read
     # A peer's watchdog may have fired a poll (<= 1 s) before this one: its dump counts.
     wait_for_dumps(dump.directory, world_size, started - 2 * wait_s, wait_s)
     lines = [f"stacks | {reason}: where each rank was (files in {dump.directory}):"]

@@ -7,7 +7,9 @@ touches REQUEST, waits for the dumps, and prints where each rank is (the summary
 chief prints on a stall). A rank whose host does not share the run dir is named with
 the command to run on its host. With --native and py-spy on the PATH, `py-spy dump
 --native` adds each local rank's native frames (TensorFlow's C++, Horovod's background
-thread) in D/stacks/rank<R>.native.txt.
+thread) in D/stacks/rank<R>.native.txt, for a pid that is verifiably the rank
+(not_the_rank). D/stacks is opened as the ranks open it (launch/private_files.py): a
+directory or a REQUEST that is not this user's is refused in one line.
 """
 import dataclasses
 import glob
@@ -19,7 +21,8 @@ import socket
 import subprocess
 import time
 
-from launch.errors import launch_error
+from launch.errors import LaunchError, launch_error
+from launch.private_files import PrivateDir, Refused, describe, is_ours, read_private
 
 # The files each rank keeps in RUN_DIR/DIR_NAME (horovod_train/stacks.py writes them).
 DIR_NAME = "stacks"
@@ -28,16 +31,16 @@ REQUEST = "REQUEST"  # touched by this command; every rank dumps when it is newe
 _MACHINERY = re.compile(r"/(site-packages|dist-packages|lib/python3\.\d+)/|^<frozen ")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):")
-
-
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def _read_json(path: str) -> dict | None:
+    """The object in `path`, a file of this user's (never through a link), or None."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        found = json.loads(read_private(path) or "null")
+    except ValueError:
         return None
+    return found if isinstance(found, dict) else None
 
 
 def last_dump(text: str) -> str:
@@ -73,11 +76,7 @@ def describe_rank(directory: str, rank: int) -> str:
     """One summary line for `rank` from its files under `directory`."""
     info = _read_json(os.path.join(directory, f"rank{rank}.json"))
     where = _read_json(os.path.join(directory, f"rank{rank}.where.json"))
-    try:
-        with open(os.path.join(directory, f"rank{rank}.txt")) as f:
-            dump = last_dump(f.read())
-    except OSError:
-        dump = ""
+    dump = last_dump(read_private(os.path.join(directory, f"rank{rank}.txt")) or "")
     if not dump.strip() or where is None:
         host = f" (pid {info['pid']} on {info['host']})" if info else ""
         return (f"rank {rank}{host}: no stack written: gone (killed, crashed), stopped, "
@@ -128,12 +127,15 @@ class StacksRequest:
 
 
 def _ranks(directory: str) -> dict[int, dict]:
+    """{rank: its rank<R>.json} of the registrations that are files of ours and say a pid
+    and a host; others are not read."""
     found = {}
     for path in glob.glob(os.path.join(directory, "rank*.json")):
         name = os.path.basename(path)[len("rank"):-len(".json")]
-        if name.isdigit():
-            with open(path) as f:
-                found[int(name)] = json.load(f)
+        info = _read_json(path) if name.isdigit() else None
+        if info and isinstance(info.get("pid"), int) and info["pid"] > 0 \
+                and isinstance(info.get("host"), str):
+            found[int(name)] = info
     return found
 
 
@@ -148,42 +150,107 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _native(directory: str, rank: int, pid: int) -> str:
-    """py-spy's dump of `pid` with native frames, into rank<R>.native.txt; its status."""
+def process_identity(pid: int) -> dict | None:
+    """What tells process `pid` from every later process given the same number: this
+    boot's id and the time it started (clock ticks after boot, /proc/PID/stat's 22nd
+    field); and its owner. None where there is no /proc, or no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            line = f.read()
+        uid = os.stat(f"/proc/{pid}").st_uid
+        with open(_BOOT_ID) as f:
+            boot = f.read().strip()
+    except OSError:
+        return None
+    # After the command name in parentheses (which may hold anything): field 3 onwards.
+    return {"start": int(line[line.rfind(b")") + 2:].split()[19]), "boot": boot, "uid": uid}
+
+
+def not_the_rank(info: dict) -> str | None:
+    """Why py-spy must not attach to the pid rank<R>.json (`info`) names; None: it is
+    the rank. py-spy stops a process while it reads it, so it must be the rank and
+    nothing else. The rule: rank<R>.json is read only as a file of this user's in a
+    stacks dir of this user's, 0700 (no one else can write there), so a process of ours
+    wrote it, at its start, with its pid, start time and boot id. A pid alone may have
+    been given to another process since the rank ended; (boot, pid, start time) never
+    is. So the pid's start time and the boot must be the ones recorded, and the
+    process must still be this user's."""
+    pid = info["pid"]
+    now = process_identity(pid)
+    if now is None:
+        return f"pid {pid} cannot be checked (not running, or no /proc on this host)"
+    if info.get("start") is None or info.get("boot") is None:
+        return f"rank{{R}}.json does not record when pid {pid} started (an older version's)"
+    if (now["boot"], now["start"]) != (info["boot"], info["start"]):
+        return f"pid {pid} is another process now (the rank has ended)"
+    if now["uid"] != os.geteuid():
+        return f"pid {pid} is another user's process ({now['uid']})"
+    return None
+
+
+def _native(directory: PrivateDir, rank: int, info: dict) -> str:
+    """py-spy's dump of the rank's pid with native frames, into rank<R>.native.txt;
+    its status."""
     spy = shutil.which("py-spy")
     if spy is None:
         return "no py-spy on the PATH (pip install py-spy) for native frames"
-    proc = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
-    path = os.path.join(directory, f"rank{rank}.native.txt")
-    with open(path, "w") as f:
-        f.write(proc.stdout + proc.stderr)
+    impostor = not_the_rank(info)
+    if impostor is not None:
+        return f"no native frames: {impostor}"
+    proc = subprocess.run([spy, "dump", "--native", "--pid", str(info["pid"])],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    name = f"rank{rank}.native.txt"
+    directory.write_atomic(name, (proc.stdout + proc.stderr).encode())
+    path = os.path.join(directory.path, name)
     return f"native frames in {path}" if proc.returncode == 0 else \
         f"py-spy could not read it ({proc.stderr.strip().splitlines()[-1:]})"
 
 
+def _no_ranks(run_dir: str) -> LaunchError:
+    return launch_error("--run_dir", run_dir,
+                        f"the run dir of a live job started with --run_dir (it holds "
+                        f"{DIR_NAME}/rank<R>.json)",
+                        "pass the --run_dir the training command was given")
+
+
+def _ask(directory: PrivateDir, when: float) -> None:
+    """Writes REQUEST (its modification time is the request), refusing one that is not a
+    file of ours: a link is never written through, nor another user's file touched."""
+    found = directory.entry(REQUEST)
+    if found is not None and not is_ours(found):
+        path = os.path.join(directory.path, REQUEST)
+        raise LaunchError(f"{path!r}: received {describe(found)}; expected a file of yours "
+                          f"or none. Fix: remove it (rm {path}) and ask again")
+    directory.write_atomic(REQUEST, f"{when}\n".encode())
+
+
+def _note(directory: PrivateDir, rank: int, info: dict, native: bool) -> str | None:
+    if info["host"] != socket.gethostname():
+        return (f"rank {rank} runs on {info['host']}: if its run dir is not this one, "
+                f"run this command there")
+    if not alive(info["pid"]):
+        return f"rank {rank} (pid {info['pid']}) is not running"
+    return f"rank {rank}: {_native(directory, rank, info)}" if native else None
+
+
 def dump_live(request: StacksRequest) -> str:
-    """Signals this host's ranks, waits for their dumps; the summary text."""
-    directory = os.path.join(request.run_dir, DIR_NAME)
-    ranks = _ranks(directory)
-    if not ranks:
-        raise launch_error("--run_dir", request.run_dir,
-                           f"the run dir of a live job started with --run_dir (it holds "
-                           f"{DIR_NAME}/rank<R>.json)",
-                           "pass the --run_dir the training command was given")
-    host, notes = socket.gethostname(), []
-    started = time.time()
-    with open(os.path.join(directory, REQUEST), "w") as f:
-        f.write(f"{started}\n")  # its modification time is the request
-    for rank, info in sorted(ranks.items()):
-        if info["host"] != host:
-            notes.append(f"rank {rank} runs on {info['host']}: if its run dir is not this one, "
-                         f"run this command there")
-        elif not alive(info["pid"]):
-            notes.append(f"rank {rank} (pid {info['pid']}) is not running")
-        elif request.native:
-            notes.append(f"rank {rank}: {_native(directory, rank, info['pid'])}")
-    wait_for_dumps(directory, max(ranks) + 1, started, request.wait_s)
-    lines = [f"stacks of the job in {request.run_dir}, on request (files in {directory}):"]
-    lines += summary(directory, max(ranks) + 1) + notes
+    """Asks this job's ranks for a dump, waits for them; the summary text."""
+    path = os.path.join(request.run_dir, DIR_NAME)
+    if not os.path.lexists(path):
+        raise _no_ranks(request.run_dir)
+    try:
+        directory = PrivateDir.open(path, create=False)
+    except Refused as err:
+        raise LaunchError(str(err)) from None
+    with directory:
+        ranks = _ranks(path)
+        if not ranks:
+            raise _no_ranks(request.run_dir)
+        started = time.time()
+        _ask(directory, started)
+        notes = [_note(directory, rank, info, request.native)
+                 for rank, info in sorted(ranks.items())]
+        wait_for_dumps(path, max(ranks) + 1, started, request.wait_s)
+        lines = [f"stacks of the job in {request.run_dir}, on request (files in {path}):"]
+        lines += summary(path, max(ranks) + 1) + [note for note in notes if note]
     return "\n".join(lines) + "\n"

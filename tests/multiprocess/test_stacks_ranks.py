@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -93,6 +94,11 @@ def test_a_live_job_shows_where_each_rank_is_on_request_and_names_its_straggler(
     # py-spy's native frames of rank 1: the sleep, under our Python frames.
     native = (tmp_path / "stacks" / "rank1.native.txt").read_text()
     assert "_one_step (horovod_train/trainer.py:" in native, native[:2000]
+    # Owner-only, every file the ranks and the command wrote (issue 55 item 1).
+    assert stat.S_IMODE(os.stat(tmp_path / "stacks").st_mode) == 0o700
+    modes = {p.name: oct(stat.S_IMODE(p.lstat().st_mode)) for p in (tmp_path / "stacks").iterdir()}
+    assert {"REQUEST", "rank0.txt", "rank1.where.json", "rank1.native.txt"} <= set(modes), modes
+    assert set(modes.values()) == {"0o600"}, modes
     # The job was not stopped: it ran to its last step and ended well.
     assert job.returncode == 0 and "done  | steps 12" in out, out[-3000:]
     assert os.path.exists(tmp_path / "summary.json")

@@ -1,12 +1,25 @@
 """horovod_train/stacks.py writes each rank's dumps; launch/stacks.py reads them: the
 frame a summary names, and who waits for whom."""
+import dataclasses
 import json
+import logging
 import os
+import pathlib
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 
+import pytest
+
 from horovod_train import stacks
 from launch import stacks as reader
+from launch.errors import LaunchError
 
 DUMP = """== 10:00:00 the watchdog fired
 Thread 0x00007f0000000002 (most recent call first):
@@ -116,3 +129,239 @@ def test_after_a_failed_collective_the_dump_says_where_it_raised_and_which_it_wa
     assert line.startswith("rank 0: in the interval's metrics gather (step 9) for ")
     raised_at = _collective_that_fails.__code__.co_firstlineno + 1
     assert line.endswith(f"at test_stacks.py:{raised_at} in _collective_that_fails"), line
+
+
+# ------------------------------------------- a run dir other users can write (issue 55, 1)
+# Another local user (`nobody`, for real, through runuser) pre-creates RUN/stacks or plants
+# symlinks to a file of ours (a shell profile) and requests there; the ranks and `launch
+# stacks` must write nothing through them, refuse what is not ours in one line, and keep
+# their own files owner-only.
+
+PROFILE = "export PATH=/usr/bin\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    run: str  # a run dir anyone may write (group-writable project storage, say)
+    victim: pathlib.Path  # a file of ours that `nobody` points links at
+
+    @property
+    def stacks(self) -> str:
+        return os.path.join(self.run, reader.DIR_NAME)
+
+
+def _as_nobody(*argv):
+    subprocess.run(["runuser", "-u", "nobody", "--", *argv], check=True, cwd="/",
+                   capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def shared(tmp_path):
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("acting as another user (`nobody`) takes root and runuser")
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user `nobody` on this machine")
+    run = tempfile.mkdtemp(prefix="shared-run-", dir="/tmp")
+    os.chmod(run, 0o777)
+    victim = tmp_path / "profile"  # in a directory `nobody` cannot even enter
+    victim.write_text(PROFILE)
+    yield Shared(run, victim)
+    shutil.rmtree(run)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def _plant_links(directory, victim, pid):
+    """The links of the issue: a dump's temporary names and its final ones, to the victim."""
+    for name in (f"rank0.where.json.{pid}.tmp", f"rank0.json.{pid}.tmp", "rank0.where.json",
+                 "rank0.json", "rank0.txt"):
+        _as_nobody("ln", "-s", str(victim), os.path.join(directory, name))
+
+
+def _refusals(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("made_as", ["a directory", "a symlink"])
+def test_ranks_refuse_a_stacks_dir_another_user_made_and_write_nothing_through_it(
+        shared, caplog, made_as):
+    """The issue's case: `nobody` made RUN/stacks (or a link there to a directory of its
+    own), planted the links and a fresh REQUEST. The rank says so in one line, dumps
+    nothing, and goes on (install returns, dump and report are no-ops)."""
+    theirs = shared.stacks if made_as == "a directory" else os.path.join(shared.run, "theirs")
+    _as_nobody("mkdir", "-m", "777", theirs)
+    if made_as == "a symlink":
+        _as_nobody("ln", "-s", theirs, shared.stacks)
+    _plant_links(theirs, shared.victim, os.getpid())
+    _as_nobody("touch", "-d", "+1 hour", os.path.join(theirs, reader.REQUEST))
+    before = sorted(os.listdir(theirs))
+    with caplog.at_level(logging.WARNING):
+        dump = stacks.StackDump(shared.stacks, 0).install()
+        try:
+            dump.dump("on request")
+            stacks.report(dump, 2, True, "the watchdog fired", wait_s=0.1)
+        finally:
+            dump.close()
+    assert shared.victim.read_text() == PROFILE
+    assert sorted(os.listdir(theirs)) == before
+    lines = _refusals(caplog)
+    assert len(lines) == 1, lines
+    found = "uid 65534 (nobody)" if made_as == "a directory" else "a symlink"
+    assert lines[0].startswith(f"stacks | {shared.stacks!r}: received {made_as}"), lines[0]
+    assert found in lines[0] and "expected a directory owned by you" in lines[0], lines[0]
+    assert "Fix: " in lines[0] and lines[0].endswith("this run goes on without stack dumps")
+
+
+def test_in_our_stacks_dir_left_open_the_planted_links_are_replaced_never_followed(shared):
+    """RUN/stacks is ours but was left writable by all (an older version, umask 000):
+    `nobody` planted links at every name a dump writes. The rank takes the directory back
+    (0700) and creates its files anew (O_EXCL, O_NOFOLLOW): the links' target is untouched,
+    and each file is a regular file of ours, 0600."""
+    os.mkdir(shared.stacks)
+    os.chmod(shared.stacks, 0o777)
+    _plant_links(shared.stacks, shared.victim, os.getpid())
+    dump = stacks.StackDump(shared.stacks, 0).install()
+    try:
+        dump.dump("on request")
+    finally:
+        dump.close()
+    assert shared.victim.read_text() == PROFILE
+    assert _mode(shared.stacks) == 0o700
+    for name in ("rank0.json", "rank0.txt", "rank0.where.json"):
+        found = os.lstat(os.path.join(shared.stacks, name))
+        assert stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid(), name
+        assert stat.S_IMODE(found.st_mode) == 0o600, (name, oct(found.st_mode))
+    assert "on request" in open(os.path.join(shared.stacks, "rank0.txt")).read()
+
+
+def test_a_request_another_user_planted_is_ignored_in_one_line(shared, caplog):
+    """A REQUEST of `nobody`'s (planted while our stacks dir was open, dated an hour ahead)
+    does not trigger dumps: only our own requests count."""
+    os.mkdir(shared.stacks)
+    os.chmod(shared.stacks, 0o777)
+    request = os.path.join(shared.stacks, reader.REQUEST)
+    _as_nobody("touch", "-d", "+1 hour", request)
+    with caplog.at_level(logging.WARNING):
+        dump = stacks.StackDump(shared.stacks, 0).install()
+        try:  # the rank says so when it first looks, and then decides not to dump
+            deadline = time.monotonic() + 10
+            while not _refusals(caplog) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(stacks.POLL_S)  # and at the next look
+        finally:
+            dump.close()
+    assert not os.path.exists(os.path.join(shared.stacks, "rank0.where.json"))
+    lines = _refusals(caplog)
+    assert len(lines) == 1 and lines[0].startswith(f"stacks | {request!r}: received a file "
+                                                   f"owned by uid 65534 (nobody)"), lines
+
+
+def test_launch_stacks_refuses_a_stacks_dir_of_another_user_and_writes_nothing(shared):
+    _as_nobody("mkdir", "-m", "777", shared.stacks)
+    _as_nobody("cp", "/dev/null", os.path.join(shared.stacks, "rank0.json"))
+    _as_nobody("ln", "-s", str(shared.victim), os.path.join(shared.stacks, reader.REQUEST))
+    with pytest.raises(LaunchError) as err:
+        reader.dump_live(reader.StacksRequest(shared.run, wait_s=0.1))
+    assert str(err.value).startswith(f"{shared.stacks!r}: received a directory owned by uid "
+                                     f"65534 (nobody)"), err.value
+    assert "\n" not in str(err.value)
+    assert shared.victim.read_text() == PROFILE
+    assert sorted(os.listdir(shared.stacks)) == [reader.REQUEST, "rank0.json"]
+
+
+def test_launch_stacks_refuses_a_request_that_is_a_link_and_leaves_its_target(shared):
+    """Our stacks dir, left open: `nobody` made REQUEST a link to the victim."""
+    dump = stacks.StackDump(shared.stacks, 0).install()
+    dump.close()
+    os.chmod(shared.stacks, 0o777)
+    request = os.path.join(shared.stacks, reader.REQUEST)
+    _as_nobody("ln", "-s", str(shared.victim), request)
+    with pytest.raises(LaunchError) as err:
+        reader.dump_live(reader.StacksRequest(shared.run, wait_s=0.1))
+    assert str(err.value).startswith(f"{request!r}: received a symlink"), err.value
+    assert "Fix: remove it" in str(err.value)
+    assert shared.victim.read_text() == PROFILE
+
+
+def test_stack_files_and_requests_are_owner_only(tmp_path):
+    """Under the usual umask (022: files 0644) the stack files are 0600 in a 0700 dir:
+    they hold paths, host names and pids, and only their owner may read or plant them."""
+    old = os.umask(0o022)
+    try:
+        dump = stacks.StackDump(str(tmp_path / "run" / "stacks"), 0).install()
+        try:
+            shown = reader.dump_live(reader.StacksRequest(str(tmp_path / "run"), wait_s=10))
+        finally:
+            dump.close()
+    finally:
+        os.umask(old)
+    assert "rank 0: not in a collective" in shown, shown
+    directory = tmp_path / "run" / "stacks"
+    assert _mode(directory) == 0o700
+    names = sorted(os.listdir(directory))
+    assert names == [reader.REQUEST, "rank0.json", "rank0.txt", "rank0.where.json"], names
+    assert {name: _mode(directory / name) for name in names} == {n: 0o600 for n in names}
+
+
+def test_the_stack_file_keeps_the_newest_dumps_under_its_cap(tmp_path, monkeypatch):
+    """Dumps on request for hours must not fill a disk: past the cap the oldest dumps go,
+    whole, and the newest stays whole."""
+    monkeypatch.setattr(stacks, "MAX_DUMP_BYTES", 16_000, raising=False)
+    dump = stacks.StackDump(str(tmp_path / "stacks"), 0).install()
+    path = tmp_path / "stacks" / "rank0.txt"
+    sizes = []
+    try:
+        for i in range(40):  # a dump of this process is 1-3 kB
+            dump.dump(f"request {i}")
+            sizes.append(path.stat().st_size)
+    finally:
+        dump.close()
+    text = path.read_text()
+    assert max(sizes) <= 16_000, sizes
+    assert text.startswith("== ") and "request 0\n" not in text
+    assert reader.last_dump(text).split("\n", 1)[0].endswith(" request 39")
+    assert _mode(path) == 0o600
+
+
+def _child_of(pid: int) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+        if found.stdout.split():
+            return int(found.stdout.split()[0])
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} started no child in 10 s")
+
+
+def test_native_frames_only_of_a_process_that_is_the_rank(shared, monkeypatch):
+    """`--native` attaches py-spy to a pid only when the process is the rank that
+    registered it: a stale rank0.json (its job ended, the pid now another process of
+    ours) gets a note and no py-spy; so does a process of another user's."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    if shutil.which("py-spy") is None:
+        pytest.skip("py-spy is not installed")
+    dump = stacks.StackDump(shared.stacks, 0).install()
+    record = json.load(open(os.path.join(shared.stacks, "rank0.json")))
+    dump.close()
+    assert reader.not_the_rank(record) is None  # this very process: the rank
+    impostor = subprocess.Popen(["sleep", "60"])
+    theirs = subprocess.Popen(["runuser", "-u", "nobody", "--", "sleep", "60"], cwd="/")
+    try:
+        their_pid = _child_of(theirs.pid)  # runuser's child: sleep, as nobody
+        assert "another user's" in reader.not_the_rank(
+            dict(record, pid=their_pid, **reader.process_identity(their_pid)))
+        stale = dict(record, pid=impostor.pid)  # what it recorded: its own start, not sleep's
+        with open(os.path.join(shared.stacks, "rank0.json"), "w") as f:
+            json.dump(stale, f)
+        shown = reader.dump_live(reader.StacksRequest(shared.run, wait_s=0.1, native=True))
+    finally:
+        for proc in (impostor, theirs):
+            proc.kill()
+            proc.wait()
+    assert not os.path.exists(os.path.join(shared.stacks, "rank0.native.txt")), shown
+    assert re.search(rf"rank 0: no native frames: pid {impostor.pid} is another process now",
+                     shown), shown

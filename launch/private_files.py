@@ -1,0 +1,146 @@
+"""Files only this user can read or write, in a directory only this user can enter.
+Standard library only, like all of launch/.
+
+A run dir may sit on storage that other local users can write: a shared scratch or a
+group-writable project space. There, a name this process opens may be a symlink another
+user planted, pointing at a file this user can write (a shell profile), and open(path,
+"w") writes through it. So a directory is opened once and checked (a real directory,
+this user's), made 0700, and every file in it is then reached through that open
+directory (its fd: renaming the directory away afterwards changes nothing):
+- a file is written whole by creating a temporary name with O_CREAT | O_EXCL |
+  O_NOFOLLOW, mode 0600 (an existing file or link at that name is never opened), and
+  renaming it over the final name (a link there is replaced, not followed);
+- a file is read only when O_NOFOLLOW opens it and fstat says it is a regular file of
+  this user's.
+"""
+import contextlib
+import dataclasses
+import os
+import pwd
+import stat
+import threading
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Refused(Exception):
+    """A path that is not ours to write: str() is one line, received, expected, the fix."""
+
+
+def owner(uid: int) -> str:
+    """'uid 65534 (nobody)': a user as a line names it."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def describe(found: os.stat_result) -> str:
+    """What is at a path, as a refusal names it: 'a symlink', 'a file owned by uid 1001 (ann)'."""
+    if stat.S_ISLNK(found.st_mode):
+        return "a symlink"
+    kind = "a directory" if stat.S_ISDIR(found.st_mode) else \
+        "a file" if stat.S_ISREG(found.st_mode) else "a special file"
+    return f"{kind} owned by {owner(found.st_uid)}" if found.st_uid != os.geteuid() else kind
+
+
+def is_ours(found: os.stat_result, kind=stat.S_ISREG) -> bool:
+    """Whether `found` (an lstat or fstat) is of `kind` and this user's: never a link."""
+    return kind(found.st_mode) and found.st_uid == os.geteuid()
+
+
+def _refused(path: str, found: str) -> Refused:
+    return Refused(f"{path!r}: received {found}; expected a directory owned by you "
+                   f"({owner(os.geteuid())}), not a symlink. Fix: remove it (rm -r {path}), "
+                   f"or pass a --run_dir that only you can write")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateDir:
+    """An open directory of this user's, mode 0700; the files in it (see the module)."""
+    path: str
+    fd: int
+
+    @classmethod
+    def open(cls, path: str, create: bool = True) -> "PrivateDir":
+        """Opens `path` (with create, makes it and its parents first); raises Refused when
+        it is a symlink, not a directory, another user's, or cannot be made or opened.
+        A directory of ours that others can write (an older version's, a umask of 0) is
+        taken back: 0700."""
+        try:
+            if create:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(path, PRIVATE_DIR_MODE)
+            before = os.lstat(path)
+            if not is_ours(before, stat.S_ISDIR):
+                raise _refused(path, describe(before))
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+        except OSError as err:
+            raise _refused(path, err.strerror or str(err)) from None
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+            os.close(fd)  # swapped between the check and the open: someone is at work
+            raise _refused(path, "a directory that was replaced while it was opened")
+        if stat.S_IMODE(opened.st_mode) != PRIVATE_DIR_MODE:
+            os.fchmod(fd, PRIVATE_DIR_MODE)
+        return cls(path, fd)
+
+    def entry(self, name: str) -> os.stat_result | None:
+        """What is at `name` (a link is the link), or None."""
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def remove(self, name: str) -> None:
+        """Removes `name` (a link: the link, never its target), if it is there."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+
+    def write_new(self, name: str, data: bytes) -> int:
+        """Replaces `name` with a new 0600 file holding `data`; returns it open for
+        reading and appending (O_APPEND)."""
+        tmp = f"{name}.{os.getpid()}.{threading.get_native_id()}.tmp"
+        self.remove(tmp)  # a leftover of ours, or a link planted while the dir was open
+        fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | _NOFOLLOW,
+                     PRIVATE_FILE_MODE, dir_fd=self.fd)
+        try:
+            os.fchmod(fd, PRIVATE_FILE_MODE)  # whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            os.close(fd)
+            self.remove(tmp)
+            raise
+        return fd
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        """`name` holds `data`, all of it (a reader never sees half), mode 0600."""
+        os.close(self.write_new(name, data))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> "PrivateDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_private(path: str) -> str | None:
+    """The text of `path` when it is a regular file of this user's; None when it is
+    missing, a link, a FIFO (O_NONBLOCK: opening one never waits) or another user's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not is_ours(os.fstat(fd)):
+            return None
+        return f.read().decode("utf-8", "replace")
