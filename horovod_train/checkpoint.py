@@ -99,11 +99,26 @@ def save(directory: str, step: int, variables, config, keep: int, facts: dict | 
     meta = {"format": FORMAT, "step": step, "num_variables": len(names),
             "names": names, "fingerprint": fingerprint(config, facts), **(record or {})}
     try:
+        _out_of_the_way(os.path.join(directory, commit.name(step)))
         final = commit.write(directory, step, meta, lambda f: write_arrays(f, names, variables))
     except OSError as err:
         raise _write_error(directory, err) from None
     _prune(directory, keep, final)
     return final
+
+
+def _out_of_the_way(path: str):
+    """A directory at the step about to be written that the prune leaves alone (unreadable
+    and not provably what this code left cut short: another version's, a person's) is
+    set aside by name, never replaced."""
+    if not fs.isdir(path):
+        return
+    verdict = commit.inspect(path)
+    reason = None if verdict.leftover else _unreadable(path, verdict)
+    if reason:
+        aside = commit.set_aside(path)
+        logging.warning("checkpoint | %s was left alone (%s); set aside as %s, so that this "
+                        "save of the same step does not replace it", path, reason, aside)
 
 
 def _write_error(directory, err) -> UsageError:

@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import re
+import time
 import uuid
 import zlib
 
@@ -45,6 +46,8 @@ META, STATE, MARKER = "meta.json", "state.npz", "COMMIT"
 CLAIM_FIELD, CLAIM = "commit", "marker"
 # Names that never look like a checkpoint: a write not yet renamed, a removal under way.
 PARTIAL, PRUNING = ".partial-ckpt-", ".pruning-"
+# A directory moved out of a save's way: the ckpt-<step> name followed by this and a time.
+SET_ASIDE = ".set-aside-"
 NAME_PATTERN = re.compile(r"^ckpt-(\d{9})$")
 
 
@@ -170,6 +173,28 @@ def remove(path: str) -> None:
             fs.remove(os.path.join(path, file))
     with contextlib.suppress(FileNotFoundError):  # an object store drops an empty "directory"
         fs.rmtree(path)
+
+
+def set_aside(path: str) -> str:
+    """Moves the checkpoint directory `path` to `<path>.set-aside-<UTC time>`, a name no
+    checkpoint has (never loaded, counted nor deleted), and returns that path. Where a
+    directory's rename is not atomic, file by file with the marker last: cut short, what
+    is left at `path` still holds the marker, so it is never taken for a leftover."""
+    aside = f"{path}{SET_ASIDE}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    if fs.exists(aside):
+        aside = f"{aside}-{uuid.uuid4().hex[:8]}"
+    if fs.renames_atomically(path):
+        fs.rename(path, aside)
+        return aside
+    moves = []
+    for folder, _, files in fs.walk(path):
+        target = os.path.normpath(os.path.join(aside, os.path.relpath(folder, path)))
+        fs.makedirs(target)
+        moves += [(os.path.join(folder, f), os.path.join(target, f)) for f in files]
+    for src, dst in sorted(moves, key=lambda move: os.path.basename(move[0]) == MARKER):
+        fs.rename(src, dst)
+    fs.rmtree(path)
+    return aside
 
 
 def clean_aside(directory: str) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from helpers import ROOT
-from horovod_train import checkpoint, checkpoint_fingerprint, writer_lock
+from horovod_train import checkpoint, checkpoint_fingerprint, fs, writer_lock
 from horovod_train import config as cfg
 from horovod_train.errors import UsageError
 
@@ -151,6 +151,46 @@ def test_prune_leaves_unreadable_dirs_alone_and_keeps_the_readable(tmp_path, cap
     warned = [r.getMessage() for r in caplog.records if "--keep_checkpoints" in r.getMessage()]
     assert len(warned) == 1, warned  # once over three saves, naming both
     assert "ckpt-000000900" in warned[0] and "ckpt-000000800" in warned[0]
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["rename", "file_by_file"])
+def test_a_left_alone_directory_at_the_step_saved_is_set_aside_not_replaced(
+        tmp_path, caplog, monkeypatch, atomic):
+    """issue 55, item 9: the prune's warning says a directory whose meta.json differs from
+    its COMMIT marker was "left alone", yet the fresh run's save at that step replaced
+    it. It is moved aside under a name no checkpoint has, whole, and a line says so; on a
+    store without atomic renames (gs://, s3://) file by file, the marker last."""
+    if not atomic:
+        monkeypatch.setenv(fs.NO_ATOMIC_RENAME_ENV, "1")
+    checkpoint.save(str(tmp_path), 10, _arrays(10), CONFIG, keep=3)
+    old = checkpoint.save(str(tmp_path), 30, _arrays(30), CONFIG, keep=3)
+    meta = os.path.join(old, "meta.json")
+    with open(meta, "a") as f:
+        f.write(" ")  # a hand edit: meta.json differs from its COMMIT marker
+    kept = {name: open(os.path.join(old, name), "rb").read() for name in os.listdir(old)}
+    checkpoint.save(str(tmp_path), 20, _arrays(20), CONFIG, keep=3)
+    assert "left alone" in caplog.text and "ckpt-000000030" in caplog.text
+    fresh = checkpoint.save(str(tmp_path), 30, _arrays(31), CONFIG, keep=3)
+    aside = [n for n in os.listdir(tmp_path) if n.startswith("ckpt-000000030.set-aside-")]
+    assert len(aside) == 1, os.listdir(tmp_path)
+    moved = tmp_path / aside[0]
+    assert {n: (moved / n).read_bytes() for n in os.listdir(moved)} == kept  # whole, unchanged
+    step, arrays = checkpoint.load_latest(str(tmp_path), CONFIG, STATE)
+    assert (step, fresh) == (30, old)
+    np.testing.assert_array_equal(arrays[0], _arrays(31)[0])
+    said = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert len(said) == 1 and str(moved) in said[0] and "differs from its COMMIT" in said[0]
+    # Never counted nor pruned: more saves with keep=1 leave it where it is.
+    checkpoint.save(str(tmp_path), 40, _arrays(40), CONFIG, keep=1)
+    assert sorted(os.listdir(tmp_path)) == [aside[0], "ckpt-000000040"]
+
+
+def test_a_readable_checkpoint_at_the_step_saved_is_replaced_as_before(tmp_path):
+    checkpoint.save(str(tmp_path), 30, _arrays(30), CONFIG, keep=3)
+    checkpoint.save(str(tmp_path), 30, _arrays(31), CONFIG, keep=3)
+    assert os.listdir(tmp_path) == ["ckpt-000000030"]
+    np.testing.assert_array_equal(checkpoint.load_latest(str(tmp_path), CONFIG, STATE)[1][0],
+                                  _arrays(31)[0])
 
 
 def test_prune_never_deletes_the_checkpoint_just_written(tmp_path):
