@@ -20,9 +20,18 @@ class _Parser(usage.Parser):
     error_type = UsageError
 
 
-def _shape(text: str) -> tuple:
-    from horovod_train.data.options import parse_shape
-    return parse_shape(text)
+def _image_size(text: str) -> tuple[int, int]:
+    """One size is a square (8 -> 8x8); two are height,width."""
+    try:
+        size = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        size = ()
+    if len(size) not in (1, 2) or min(size) < 1:
+        from horovod_train.data.convert import IMAGE_SIZE_FIX
+        raise argparse.ArgumentTypeError(
+            f"received {text!r}; expected one positive integer (a square) or two, "
+            f"height,width. Fix: {IMAGE_SIZE_FIX}")
+    return size * 2 if len(size) == 1 else size
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -37,7 +46,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="held out when the input has no test set")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--seq_len", type=int, default=128, help="text: tokens per example")
-    c.add_argument("--image_size", type=_shape, default=None, help="H,W (default: first image)")
+    c.add_argument("--image_size", type=_image_size, default=None,
+                   help="S (SxS) or H,W (default: the first image's size)")
     c.add_argument("--channels", type=int, default=3, help="image folders: 1 or 3")
     c.add_argument("--encoding", default="raw", help="numpy uint8 images: raw or png")
     c.add_argument("--overwrite", action="store_true")
@@ -47,6 +57,15 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     v.add_argument("--data_dir", required=True)
     v.add_argument("--skip_corrupt", action="store_true", help="count damage instead of failing")
     return parser
+
+
+def _check_input(args) -> None:
+    """A missing or unsupported local --input is refused before TensorFlow loads (about
+    10 s); a URL is checked through its filesystem, which is TensorFlow's, after."""
+    from horovod_train import fs
+    from horovod_train.data import convert
+    if args.command == "convert" and fs.is_local(args.input):
+        convert.input_kind(args.input)
 
 
 def _convert(args) -> None:
@@ -95,6 +114,7 @@ def parse_args(argv=None, prog: str = PROG) -> argparse.Namespace:
 def main(argv=None, prog: str = PROG) -> int:
     try:
         args = parse_args(argv, prog)
+        _check_input(args)
         # TF's C++ start-up lines (console.STARTUP_NOISE) come out while TF loads.
         with console.startup_filter():
             import tensorflow as tf  # loaded here, inside the filter, with its CUDA probe

@@ -12,6 +12,7 @@ Training examples are written in a seeded random order, so every shard mixes cla
 """
 import dataclasses
 import io
+import numbers
 import os
 
 import numpy as np
@@ -22,6 +23,7 @@ from horovod_train.data import schema as schema_lib
 from horovod_train.errors import usage_error
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+IMAGE_SIZE_FIX = "pass --image_size=224 (224x224) or --image_size=224,160 (height,width)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,14 @@ class ConvertOptions:
                               "channels 1 or 3, encoding raw or png", "pass --channels=3")
         if self.format == "lmdb":
             options.check_lmdb_local("--output_dir", self.output_dir)
+        if self.image_size is not None and not _is_size(self.image_size):
+            raise usage_error("--image_size", self.image_size,
+                              "(height, width): two positive integers", IMAGE_SIZE_FIX)
+
+
+def _is_size(size) -> bool:
+    return (isinstance(size, (tuple, list)) and len(size) == 2 and all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0 for d in size))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,8 +225,9 @@ def _from_text(opts: ConvertOptions) -> Prepared:
                              "test": (len(test_idx), records(test_idx))})
 
 
-def _input_kind(path: str) -> str:
-    """numpy, text or images, from the path alone (before anything is written)."""
+def input_kind(path: str) -> str:
+    """numpy, text or images, from the path alone (before anything is written); bad
+    input is refused here, so the command line calls it before TensorFlow loads too."""
     try:
         return _kind_of(path)
     except OSError as err:  # a URL's filesystem refused: no such scheme, no access
@@ -270,7 +281,7 @@ def _prepare_output(opts: ConvertOptions) -> None:
 
 def convert(opts: ConvertOptions) -> schema_lib.Metadata:
     """Writes the dataset and its dataset.json; returns the metadata written."""
-    kind = _input_kind(opts.input)
+    kind = input_kind(opts.input)
     _prepare_output(opts)
     prepared = {"numpy": _from_numpy, "text": _from_text, "images": _from_images}[kind](opts)
     splits = {}

@@ -1,0 +1,51 @@
+"""Issue 55 item 9: `python -m horovod_train.data convert --input=classes --output_dir=o
+--image_size=8` ended in `IndexError: tuple index out of range`. One size means a square;
+H,W keeps its meaning. Run through the command's main(), as the user's command runs it."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+from PIL import Image  # noqa: E402
+
+from horovod_train.data.__main__ import main  # noqa: E402
+
+
+@pytest.fixture
+def classes(tmp_path, monkeypatch):
+    """A folder of two class folders of 5x4 RGB PNGs, and the test inside its parent."""
+    rng = np.random.default_rng(0)
+    for label in ("cat", "dog"):
+        os.makedirs(tmp_path / "classes" / label)
+        for i in range(3):
+            pixels = rng.integers(0, 256, (5, 4, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "classes" / label / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _converted(out: str) -> tuple[list, tuple]:
+    """The schema's shape from dataset.json, and the size of one stored image."""
+    import tensorflow as tf
+    meta = json.loads(open(os.path.join(out, "dataset.json")).read())
+    shard = sorted(f for f in os.listdir(out) if f.startswith("train"))[0]
+    record = next(iter(tf.data.TFRecordDataset(os.path.join(out, shard))))
+    example = tf.train.Example.FromString(record.numpy())
+    image = [v for v in example.features.feature.values() if v.bytes_list.value][0]
+    return meta["shape"], tf.io.decode_image(image.bytes_list.value[0]).shape
+
+
+def test_one_size_is_a_square(classes, capsys):
+    assert main(["convert", "--input=classes", "--output_dir=o", "--image_size=8",
+                 "--no_progress"]) == 0, capsys.readouterr().err
+    shape, image = _converted("o")
+    assert shape == [8, 8, 3] and tuple(image) == (8, 8, 3)
+
+
+def test_height_comma_width_keeps_its_meaning(classes, capsys):
+    assert main(["convert", "--input=classes", "--output_dir=o", "--image_size=8,6",
+                 "--no_progress"]) == 0, capsys.readouterr().err
+    shape, image = _converted("o")
+    assert shape == [8, 6, 3] and tuple(image) == (8, 6, 3)
