@@ -8,6 +8,7 @@ so it runs this in a subprocess (launch/__main__.py) instead.
 from horovod_train.plan.cost import OPTIMIZER_SLOTS
 from horovod_train.plan.errors import PlanError
 from horovod_train.plan.models import get_model
+from launch.redact import redact
 
 BYTES_PER_VALUE = 4  # a checkpoint stores float32 weights and optimizer slots
 
@@ -23,6 +24,8 @@ def checkpoint_bytes(model: str, optimizer: str) -> int | None:
 
 
 def facts(config) -> dict:
+    # The answer is printed (the launcher reads it, a user may run `check` by hand) and
+    # the launcher takes the path only to name it: shown without credentials.
     return {"model": config.model, "stop_grace_s": config.runtime.stop_grace_s,
-            "checkpoint_dir": config.train.checkpoint_dir,
+            "checkpoint_dir": redact(config.train.checkpoint_dir),
             "checkpoint_bytes": checkpoint_bytes(config.model, config.optim.optimizer)}

@@ -155,3 +155,11 @@ def test_the_trainers_last_line_is_redacted():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "gs://***@bucket/ck" in proc.stderr and SECRET not in proc.stderr + proc.stdout
+
+
+def test_the_check_commands_answer_names_the_checkpoint_dir_masked():
+    """`horovod_train check` prints its facts as JSON (launch slurm reads them)."""
+    from horovod_train import precheck
+    from horovod_train.config import RunConfig, TrainConfig
+    config = RunConfig(train=TrainConfig(checkpoint_dir=f"gs://user:{SECRET}@bucket/ck"))
+    assert precheck.facts(config)["checkpoint_dir"] == "gs://***@bucket/ck"
