@@ -316,10 +316,11 @@ def _with_levers(req: PlanRequest, row: Row, switches: tuple, a: Assumptions,
 
 
 def _levers_tried(req: PlanRequest, rows: list[Row]) -> str:
-    tried = {s for r in rows for on in _switch_sets(req, r.world) for s in on}
-    switches = [s[0] for s in SWITCHES if s in tried]
-    return ", ".join([f"--grad_accum_steps up to {MAX_ACCUM} at the same samples per step"]
-                     + switches)
+    """What fitted() tried, for the line that says nothing fits: `A, B or C`."""
+    used = {s for r in rows for on in _switch_sets(req, r.world) for s in on}
+    levers = ([f"--grad_accum_steps up to {MAX_ACCUM} at the same samples per step"]
+              + [s[0] for s in SWITCHES if s in used])
+    return " or ".join([", ".join(levers[:-1]), levers[-1]]) if len(levers) > 1 else levers[0]
 
 
 def _cheapest(req: PlanRequest, fitting: list[Row]) -> tuple[Row, str]:
