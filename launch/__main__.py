@@ -8,15 +8,20 @@ Children die with the launcher: each leads its own session (its tree can be sign
 as a group) and gets SIGTERM from the kernel when the launcher dies (PR_SET_PDEATHSIG);
 a guard process (launch/guard.py) stops their groups, SIGKILL after a grace, when the
 launcher is SIGKILLed and cannot.
+
+Their output passes through, line by line and unchanged, so the job's exit code can be
+the trainer's (launch/outcome.py): horovodrun --gloo exits 1 whatever failed, and mpirun
+137 for a killed rank, where the trainer's contract says 75.
 """
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-from launch import cli, trainer_check, usage
+from launch import cli, outcome, trainer_check, usage
 from launch import stacks as launch_stacks
 from launch.errors import LaunchError, launch_error
 
@@ -110,19 +115,61 @@ class _Guard:
                 pass
 
 
-def _start(process, guard: _Guard, preexec) -> subprocess.Popen:
+class _Relay:
+    """Passes the children's stdout and stderr on, line by line and unchanged, and keeps
+    the first failing rank a launcher names in them (launch/outcome.py)."""
+
+    DRAIN_S = 2.0  # a grandchild that outlives its launcher may hold a pipe open
+
+    def __init__(self):
+        self.first: outcome.Failure | None = None
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def attach(self, child: subprocess.Popen) -> None:
+        for source, sink in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)):
+            thread = threading.Thread(target=self._pass, args=(source, sink), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def note(self, failure: outcome.Failure | None) -> None:
+        with self._lock:
+            if self.first is None and failure is not None:
+                self.first = failure
+
+    def _pass(self, source, sink) -> None:
+        for line in iter(source.readline, b""):
+            try:
+                buffer = getattr(sink, "buffer", None)  # None: a text stream put in its place
+                buffer.write(line) if buffer else sink.write(line.decode(errors="replace"))
+                sink.flush()
+            except (OSError, ValueError):
+                pass  # our own output is gone: keep reading, or the child blocks on a full pipe
+            self.note(outcome.failure_in(line.decode(errors="replace")))
+        source.close()
+
+    def drain(self) -> None:
+        deadline = time.monotonic() + self.DRAIN_S
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _start(process, guard: _Guard, preexec, relay: _Relay) -> subprocess.Popen:
     """One child, leader of its own session and process group (so its whole tree can be
     signalled, and a Ctrl-C reaches the launcher, which stops it in order)."""
     env = {**os.environ, **process.env_dict()}
     child = subprocess.Popen(list(process.argv), env=env, start_new_session=True,
-                             preexec_fn=preexec)
+                             preexec_fn=preexec, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
     guard.tell(f"group {child.pid}")
+    relay.attach(child)
     return child
 
 
-def _wait_all(children: list[subprocess.Popen], guard: _Guard) -> int:
+def _wait_all(children: list[subprocess.Popen], guard: _Guard, relay: _Relay,
+              one_rank_each: bool) -> int:
     """0 when all succeed; on the first failure, stop the rest (they would hang in a
-    collective waiting for the dead peer) and return its code."""
+    collective waiting for the dead peer) and return the job's code (launch/outcome.py)."""
     running = list(children)
     while running:
         for child in list(running):
@@ -132,10 +179,21 @@ def _wait_all(children: list[subprocess.Popen], guard: _Guard) -> int:
             running.remove(child)
             guard.tell(f"exited {child.pid}")
             if code != 0:
+                if one_rank_each:  # the child is rank `index`: no launcher to name it
+                    relay.note(outcome.Failure(children.index(child), _exit_code(code)))
                 _stop(running)
-                return _exit_code(code)
+                return _job_exit(_exit_code(code), relay)
         time.sleep(POLL_S)
+    relay.drain()
     return 0
+
+
+def _job_exit(code: int, relay: _Relay) -> int:
+    relay.drain()  # the launcher's last lines name the failing rank
+    job_code, line = outcome.job_exit(code, relay.first)
+    if line:
+        print(f"{cli.PROG}: {line}", file=sys.stderr, flush=True)
+    return job_code
 
 
 def _check_programs(plan) -> None:
@@ -155,11 +213,13 @@ def execute(plan) -> int:
         raise _Stop(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    guard, preexec = _Guard(), _die_with_me()
+    guard, preexec, relay = _Guard(), _die_with_me(), _Relay()
+    # A local mwms job starts each rank itself; horovodrun, mpirun and srun start them all.
+    one_rank_each = len(plan.processes) > 1
     try:
         for process in plan.processes:
-            children.append(_start(process, guard, preexec))
-        return _wait_all(children, guard)
+            children.append(_start(process, guard, preexec, relay))
+        return _wait_all(children, guard, relay, one_rank_each)
     except OSError as err:
         _stop(children)
         raise launch_error("launcher", plan.processes[len(children)].argv[0],
@@ -167,9 +227,11 @@ def execute(plan) -> int:
                            "check the path and permissions") from None
     except _Stop as stop:
         _stop(children)
+        relay.drain()
         return 128 + stop.signum
     except KeyboardInterrupt:
         _stop(children)
+        relay.drain()
         return 130
     finally:
         guard.release()

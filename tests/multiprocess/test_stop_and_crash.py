@@ -7,7 +7,8 @@ items 5 and 7), under real launchers.
   with identical ranks.
 - A rank that fails deterministically (an exception: exit 1) ends with its own code,
   and that is the job's code, not 75 ("a peer was lost, relaunch"), which would make a
-  supervisor retry a deterministic failure forever.
+  supervisor retry a deterministic failure forever. Under mpirun the survivor, which
+  mpirun SIGTERMs, names the rank that ended first (issue 55 item 6).
 """
 import os
 import re
@@ -83,6 +84,9 @@ def test_sigterm_to_one_rank_stops_all_at_one_step_with_a_checkpoint(tmp_path, l
     else:  # mpirun's code, also through horovodrun --mpi
         assert proc.returncode == 143, out[-3000:]
     assert "peer rank was lost" not in out
+    # Every rank stopped by the vote: the launcher's SIGTERM to a rank on its way out,
+    # after its peer left with 143, is not a lost peer (stopping.PeerEndedWatch).
+    assert "a peer was lost" not in out, out[-3000:]
     if launcher not in RESUMED_UNDER:
         return
     resumed = run_ranks(LAUNCHERS[launcher](FLAGS + [f"--checkpoint_dir={ckpt}",
@@ -124,6 +128,13 @@ def test_a_rank_that_raises_ends_the_job_with_its_own_code(tmp_path, launcher):
     else:  # mpirun's code, also through horovodrun --mpi; it names the first failing rank
         assert proc.returncode == 1, out[-3000:]
         assert re.search(r"Process name: \[\[\d+,1\],1\]\s+Exit code:\s+1\b", out), out[-3000:]
+        # mpirun SIGTERMs rank 0 once rank 1 is gone; rank 0 says which peer ended first
+        # (issue 55 item 6: after a SIGKILL, mpirun's 137 and banner were all there was).
+        survivor = re.findall(r"horovod_train: stopped: rank 0: SIGTERM received after rank 1 "
+                              r"\(pid \d+\) on this host had ended: a peer was lost.*", out)
+        assert len(survivor) == 1 and "Relaunch with the same flags to resume" in survivor[0] \
+            and "if the lost rank printed an error of its own, fix that first" in survivor[0], \
+            out[-3000:]
     assert "exit code: 75" not in out.lower() and "exit code 75" not in out
 
 
