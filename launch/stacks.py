@@ -22,7 +22,7 @@ import subprocess
 import time
 
 from launch.errors import LaunchError, launch_error
-from launch.private_files import PrivateDir, Refused, describe, is_ours, read_private
+from launch.private_files import PrivateDir, Refused, describe, is_ours, owner, read_private
 
 # The files each rank keeps in RUN_DIR/DIR_NAME (horovod_train/stacks.py writes them).
 DIR_NAME = "stacks"
@@ -180,11 +180,11 @@ def not_the_rank(info: dict) -> str | None:
     if now is None:
         return f"pid {pid} cannot be checked (not running, or no /proc on this host)"
     if info.get("start") is None or info.get("boot") is None:
-        return f"rank{{R}}.json does not record when pid {pid} started (an older version's)"
+        return f"its rank<R>.json does not record when pid {pid} started (an older version's)"
     if (now["boot"], now["start"]) != (info["boot"], info["start"]):
         return f"pid {pid} is another process now (the rank has ended)"
     if now["uid"] != os.geteuid():
-        return f"pid {pid} is another user's process ({now['uid']})"
+        return f"pid {pid} is another user's process ({owner(now['uid'])})"
     return None
 
 
