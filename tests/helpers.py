@@ -50,3 +50,17 @@ def run_setup(*args, timeout: float, **env) -> subprocess.CompletedProcess:
 # log prefix, which our console lines no longer carry (horovod_train/console.py).
 LAUNCHER_TAG = r"(?:\[\d+(?:,\d+)?\]<std(?:err|out)>:)?"
 ABSL_PREFIX = re.compile(LAUNCHER_TAG + r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+
+
+def image_classes(root, labels=("cat", "dog"), per_class=6, shape=(5, 4, 3)):
+    """root/<label>/<i>.png of seeded random pixels, for the converter's image-folder
+    input; returns root."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for label in labels:
+        os.makedirs(os.path.join(root, label))
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)).save(
+                os.path.join(root, label, f"{i}.png"))
+    return root

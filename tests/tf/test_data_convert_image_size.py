@@ -4,24 +4,18 @@ H,W keeps its meaning. Run through the command's main(), as the user's command r
 import json
 import os
 
-import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
-from PIL import Image  # noqa: E402
 
+from helpers import image_classes  # noqa: E402
 from horovod_train.data.__main__ import main  # noqa: E402
 
 
 @pytest.fixture
 def classes(tmp_path, monkeypatch):
     """A folder of two class folders of 5x4 RGB PNGs, and the test inside its parent."""
-    rng = np.random.default_rng(0)
-    for label in ("cat", "dog"):
-        os.makedirs(tmp_path / "classes" / label)
-        for i in range(3):
-            pixels = rng.integers(0, 256, (5, 4, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(tmp_path / "classes" / label / f"{i}.png")
+    image_classes(str(tmp_path / "classes"), per_class=3)
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -14,6 +14,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from helpers import image_classes  # noqa: E402
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train import data  # noqa: E402
 from horovod_train.data import convert, sharding  # noqa: E402
@@ -169,13 +170,7 @@ def test_text_becomes_shifted_token_windows(tmp_path):
 
 
 def test_image_folders_convert_to_decodable_png_records(tmp_path):
-    from PIL import Image
-    rng = np.random.default_rng(0)
-    for label in ("cat", "dog"):
-        os.makedirs(tmp_path / "imgs" / label)
-        for i in range(6):
-            pixels = rng.integers(0, 256, (5, 4, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(tmp_path / "imgs" / label / f"{i}.png")
+    image_classes(str(tmp_path / "imgs"))
     out = str(tmp_path / "tfr")
     convert.convert(convert.ConvertOptions(str(tmp_path / "imgs"), out, num_shards=2,
                                            eval_fraction=0.25, progress=False))
