@@ -37,6 +37,7 @@ import time
 from absl import logging
 
 from launch.private_files import PrivateDir, Refused, describe, is_ours
+from launch.redact import redact
 from launch.stacks import DIR_NAME, REQUEST, process_identity, summary, wait_for_dumps
 
 STACK_SIGNAL = signal.SIGUSR2
@@ -244,5 +245,5 @@ def report(dump: StackDump, world_size: int, is_chief: bool, reason: str,
     lines = [f"stacks | {reason}: where each rank was (files in {dump.directory}):"]
     lines += [f"stacks | {line}" for line in summary(dump.directory, world_size)]
     import sys
-    sys.stderr.write("\n".join(lines) + "\n")  # one write: a launcher never splits it
+    sys.stderr.write(redact("\n".join(lines)) + "\n")  # one write: a launcher never splits it
     sys.stderr.flush()

@@ -14,6 +14,8 @@ runs on login nodes and `python -m launch --help` is instant.
     cli.py           argparse for `python -m launch`
     __main__.py      the one place that starts processes
     guard.py         stops the children's process groups if the launcher is SIGKILLed
+    redact.py        credentials out of every shown text (URL userinfo, secret query values)
+    private_files.py owner-only files in a directory others may write (RUN/stacks)
 """
 from launch.errors import LaunchError
 from launch.hostfile import (Host, format_horovodrun_hosts, format_openmpi_hostfile,

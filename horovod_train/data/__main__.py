@@ -12,6 +12,7 @@ from horovod_train import console
 from horovod_train.errors import UsageError
 from launch import usage
 from launch.argv import normalize_flag_names
+from launch.redact import redact
 
 PROG = "horovod_train.data"
 
@@ -78,7 +79,7 @@ def _convert(args) -> None:
     meta = convert.convert(opts)
     counts = ", ".join(f"{name} {sum(s.records)} records in {len(s.files)} file(s)"
                        for name, s in meta.splits.items())
-    print(f"wrote {args.output_dir}: {meta.format}, {meta.schema.kind} {meta.schema.shape}, "
+    print(f"wrote {redact(args.output_dir)}: {meta.format}, {meta.schema.kind} {meta.schema.shape}, "
           f"{meta.schema.num_classes} classes; {counts}")
 
 
@@ -101,7 +102,7 @@ def _verify(args) -> None:
         verdicts.Memory(args.data_dir, schema_lib.digest(args.data_dir)).forget()
     source = data.load(cfg.DataConfig(dataset=fmt, data_dir=args.data_dir, verify_data=True,
                                       skip_corrupt=args.skip_corrupt))
-    print(f"ok {args.data_dir}: {source.num_train_examples} training examples, input "
+    print(f"ok {redact(args.data_dir)}: {source.num_train_examples} training examples, input "
           f"{source.input_shape}, {source.num_classes} classes, {source.skipped} skipped")
 
 

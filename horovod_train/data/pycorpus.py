@@ -38,6 +38,7 @@ from horovod_train.data import schema as schema_lib
 from horovod_train.data import writers
 from horovod_train.errors import UsageError, usage_error
 from launch.argv import normalize_flag_names
+from launch.redact import redact
 
 DEFAULT_SEQ_LEN = 64  # bytes of context: a line or two of code; cheap enough for CPU minutes
 VALIDATION_PERCENT = 1  # of the path-hash range: about 1% of the files and bytes
@@ -268,7 +269,7 @@ def main(argv=None) -> int:
     except UsageError as err:
         print(f"pycorpus: error: {err}", file=sys.stderr)
         return 2
-    print(_describe(info, out))
+    print(redact(_describe(info, out)))
     return 0
 
 
