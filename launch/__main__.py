@@ -119,7 +119,10 @@ class _Relay:
     """Passes the children's stdout and stderr on, line by line and unchanged, and keeps
     the first failing rank a launcher names in them (launch/outcome.py)."""
 
-    DRAIN_S = 2.0  # a grandchild that outlives its launcher may hold a pipe open
+    # How long the output may still flow once the children have ended: the processes
+    # below them hold the pipes until they end too (horovodrun --mpi's mpirun and its
+    # ranks stop in order after horovodrun itself is gone: a checkpoint, then exit 143).
+    DRAIN_S = 2.0
 
     def __init__(self):
         self.first: outcome.Failure | None = None
@@ -148,8 +151,8 @@ class _Relay:
             self.note(outcome.failure_in(line.decode(errors="replace")))
         source.close()
 
-    def drain(self) -> None:
-        deadline = time.monotonic() + self.DRAIN_S
+    def drain(self, seconds: float = DRAIN_S) -> None:
+        deadline = time.monotonic() + seconds
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
@@ -182,6 +185,7 @@ def _wait_all(children: list[subprocess.Popen], guard: _Guard, relay: _Relay,
                 if one_rank_each:  # the child is rank `index`: no launcher to name it
                     relay.note(outcome.Failure(children.index(child), _exit_code(code)))
                 _stop(running)
+                relay.drain(STOP_GRACE_S)  # the launcher's last lines name the failing rank
                 return _job_exit(_exit_code(code), relay)
         time.sleep(POLL_S)
     relay.drain()
@@ -189,7 +193,6 @@ def _wait_all(children: list[subprocess.Popen], guard: _Guard, relay: _Relay,
 
 
 def _job_exit(code: int, relay: _Relay) -> int:
-    relay.drain()  # the launcher's last lines name the failing rank
     job_code, line = outcome.job_exit(code, relay.first)
     if line:
         print(f"{cli.PROG}: {line}", file=sys.stderr, flush=True)
@@ -227,11 +230,11 @@ def execute(plan) -> int:
                            "check the path and permissions") from None
     except _Stop as stop:
         _stop(children)
-        relay.drain()
+        relay.drain(STOP_GRACE_S)
         return 128 + stop.signum
     except KeyboardInterrupt:
         _stop(children)
-        relay.drain()
+        relay.drain(STOP_GRACE_S)
         return 130
     finally:
         guard.release()
