@@ -198,6 +198,8 @@ class TrainConfig:
     checkpoint_every: str = option("1e", "Checkpoint cadence: N steps, or Ne epochs (e.g. 500 "
                                    "or 1e).")
     keep_checkpoints: int = option(3, "Newest checkpoints kept.")
+    checkpoint_timeout_s: float = option(600.0, "Seconds a checkpoint write may take (its size "
+                                         "at 10 MB/s if longer); then every rank ends, exit 75.")
     allow_global_batch_change: bool = option(
         False, "Resume a checkpoint whose global batch (ranks x batch x accumulation) this "
         "launch cannot keep, scaling the learning rate linearly in the global batch.")
@@ -212,15 +214,13 @@ class TrainConfig:
             raise usage_error("--max_steps", self.max_steps, "0 (no cap) or a positive step count",
                               "pass --max_steps=N with N > 0, or 0")
         check_positive("--keep_checkpoints", self.keep_checkpoints)
+        check_positive("--checkpoint_timeout_s", self.checkpoint_timeout_s)
         self.checkpoint_interval(1)  # validates --checkpoint_every
-        if self.divergence_check_steps < 0:
-            raise usage_error("--divergence_check_steps", self.divergence_check_steps,
-                              "0 (epoch ends only) or a positive step count",
-                              "pass --divergence_check_steps=0, or N > 0 to also check "
-                              "every N steps")
-        if self.eval_every_epochs < 0:
-            raise usage_error("--eval_every_epochs", self.eval_every_epochs, "an integer >= 0",
-                              "pass --eval_every_epochs=1")
+        check_range("--divergence_check_steps", self.divergence_check_steps, 0,
+                    expected="0 (epoch ends only) or a positive step count",
+                    fix="pass --divergence_check_steps=0, or N > 0 to also check every N steps")
+        check_range("--eval_every_epochs", self.eval_every_epochs, 0, expected="an integer >= 0",
+                    fix="pass --eval_every_epochs=1")
 
     def checkpoint_interval(self, steps_per_epoch: int) -> int:
         """--checkpoint_every in optimizer steps ("500" or "2e" for every 2 epochs)."""

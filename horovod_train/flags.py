@@ -136,8 +136,8 @@ _FIELD_GROUPS = {
     "fusion_threshold_mb": "speed", "cycle_time_ms": "speed",
     "hierarchical_allreduce": "speed",
     **dict.fromkeys(("checkpoint_dir", "checkpoint_every", "keep_checkpoints",
-                     "divergence_check_steps", "max_nonfinite_steps", "inject_nonfinite",
-                     "collective_timeout_s", "stop_grace_s", "elastic",
+                     "checkpoint_timeout_s", "divergence_check_steps", "max_nonfinite_steps",
+                     "inject_nonfinite", "collective_timeout_s", "stop_grace_s", "elastic",
                      "elastic_commit_every", "inject_delay"), "faults"),
 }
 

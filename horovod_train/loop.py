@@ -15,7 +15,7 @@ from absl import logging
 
 import models
 from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
-from horovod_train import resume, schedules, stacks, startup, watchdog
+from horovod_train import resume, rounds, schedules, stacks, startup, watchdog, write_bound
 from horovod_train.checkpoint_fingerprint import written_by
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
@@ -80,7 +80,7 @@ def _model_for(config, data):
 
 def _keeper(config, backend, data, state, grid, resumed, heartbeat=None, shards=None):
     """The state keeper: elastic in-memory commits, or the checkpointer (`heartbeat`
-    after each round of the chief's write: the watchdog's, rounds.py). `resumed`:
+    after each round of the chief's write: write_bound.WriteBound, rounds.py). `resumed`:
     (resume.Resumption, the schedule), which the checkpoints record, and the newest
     checkpoint's meta (None: none), whose epoch layouts a restore continues."""
     if config.runtime.elastic:
@@ -132,16 +132,22 @@ def _train(trainer, keeper) -> tuple[RunRecord, dict]:
         keeper.close()
 
 
-def _summary(config, backend, model, jit, record: RunRecord, wall_start):
-    rows = metrics.gather_rows(backend, [record.samples_per_sec or 0.0, record.cpu_s,
-                                         record.samples, metrics.peak_rss_mb(),
-                                         record.first_step_after_s or 0.0, *record.startup_row])
+def _summary(config, backend, model, jit, record: RunRecord, wall_start, where):
+    """The run's summary; `where` (the watchdog's) around each gather: each that
+    finishes restarts the watchdog's window (watchdog.py), still armed here."""
+    with where.entering("the summary's gather", record.steps):
+        rows = metrics.gather_rows(backend, [record.samples_per_sec or 0.0, record.cpu_s,
+                                             record.samples, metrics.peak_rss_mb(),
+                                             record.first_step_after_s or 0.0,
+                                             *record.startup_row])
     per_rank = [float(r[0]) for r in rows]
     # A rank that trained no step (a finished run relaunched) reports 0: None instead.
     first_step = [float(r[4]) if r[4] else None for r in rows]
     phases = [startup.from_row(r[5:]) if r[4] else None for r in rows]
     cpu_s, samples = float(rows[:, 1].sum()), float(rows[:, 2].sum())
-    digests = metrics.gather_digests(backend, metrics.weight_digest(model.weights))
+    digest = metrics.weight_digest(model.weights)
+    with where.entering("the summary's weight digests", record.steps):
+        digests = metrics.gather_digests(backend, digest)
     return {
         "world_size": backend.info.size,
         "backend": backend.name,
@@ -254,9 +260,30 @@ def _stack_dump(config, info, watchdog_):
         return None
     dump = stacks.StackDump(os.path.join(config.observe.run_dir, stacks.DIR_NAME), info.rank,
                             watchdog_.where).install()
-    watchdog_.before_exit = lambda message: stacks.report(
-        dump, info.size, info.is_chief, "the watchdog fired", watchdog.PEER_LOST_SETTLE_S)
+    watchdog_.before_exit = _stacks_report(dump, info, "the watchdog fired")
     return dump
+
+
+def _stacks_report(dump, info, reason: str):
+    """What runs before a rank ends on a stall: every rank's stacks (stacks.report)."""
+    return lambda message: stacks.report(dump, info.size, info.is_chief, reason,
+                                         watchdog.PEER_LOST_SETTLE_S)
+
+
+def _write_bound(config, trainer, info, dump) -> write_bound.WriteBound:
+    """After each round of a checkpoint write, on every rank: the watchdog's beat, a
+    line while it runs long, and its bound (write_bound.py)."""
+    bound_s = config.runtime.collective_timeout_s
+    state = write_bound.state_bytes(trainer.training_state())
+    bound = write_bound.WriteBound(
+        limit_s=write_bound.write_limit_s(config.train.checkpoint_timeout_s, state),
+        round_s=rounds.round_seconds(bound_s), rank=info.rank,
+        directory=config.train.checkpoint_dir, step_of=lambda: trainer.global_step,
+        alive=trainer.watchdog.alive,
+        progress_every_s=min(bound_s, write_bound.PROGRESS_EVERY_S))
+    if dump is not None:
+        bound.after_line = _stacks_report(dump, info, "the checkpoint write passed its bound")
+    return bound
 
 
 def _finish(config, backend, model, record, summary, observer) -> dict:
@@ -308,8 +335,8 @@ def run(config) -> dict:
     if info.size > 1:  # bounds the checkpointer's waits on peers too
         trainer.watchdog.start()
     keeper = _keeper(config, backend, data, trainer.training_state(), grid,
-                     (resumption, schedule, meta), heartbeat=trainer.watchdog.alive,
-                     shards=shards)
+                     (resumption, schedule, meta),
+                     heartbeat=_write_bound(config, trainer, info, dump), shards=shards)
     try:
         record, facts = _train(trainer, keeper)
     except BaseException as err:
@@ -320,8 +347,10 @@ def run(config) -> dict:
     finally:
         if dump is not None:
             dump.close()
-    summary = dict(_summary(config, backend, model, jit, record, wall_start), **facts,
-                   **_state_facts(backend, optimizer, shards, built_rss_mb))
+    where = trainer.watchdog.where
+    summary = dict(_summary(config, backend, model, jit, record, wall_start, where), **facts)
+    with where.entering("the summary's memory gather", record.steps):
+        summary.update(_state_facts(backend, optimizer, shards, built_rss_mb))
     trainer.watchdog.stop()
     summary = _finish(config, backend, model, record, summary, observer)
     backend.barrier()

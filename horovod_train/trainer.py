@@ -76,7 +76,7 @@ class Trainer:
         self._step_paths = set()  # how steps have been run (_run): a first call compiles
         # Bounds every wait on peers once training runs (see watchdog.py); started by run().
         self.watchdog = watchdog.StepWatchdog(options.collective_timeout_s,
-                                              backend.info.rank)
+                                              backend.info.rank, size=backend.info.size)
         # SIGTERM becomes a stop vote carried by the next step (stopping.py).
         self.sigterm = stopping.SigtermVote(options.stop_grace_s, backend.info.rank)
         self.stop_agreed = False

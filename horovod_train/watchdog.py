@@ -5,14 +5,16 @@ them (horovodrun and mpirun within about a second), but not when a rank is stall
 (stopped, swapping, wedged in I/O), nor when the ranks were started independently
 (TF_CONFIG workers, srun without --kill-on-bad-exit). Then the survivors would wait
 forever inside an allreduce. This thread ends the process instead once no collective
-with the peers (a training step, or a round of a phase without steps: rounds.py) has
-finished for the timeout, with a line that says what happened and how to resume, and
+with the peers (a training step, a round of a phase without steps: rounds.py, or any
+other that `where` tracks) has finished for the timeout, with a line that says which
+rank stalled and where (message()) and how to resume, and
 an exit code a supervisor can treat as "retry": 75 (EX_TEMPFAIL). A process alone has
 no peer to wait for, and runs no watchdog (loop.py).
 
 It is a thread, not a signal alarm, because the main thread is blocked inside a
 C++ collective that does not return to Python to handle a signal.
 """
+import contextlib
 import os
 import re
 import sys
@@ -38,14 +40,16 @@ REPORT_MARGIN_S = PEER_LOST_SETTLE_S + 2.0
 class StepWatchdog:
     """Ends this process when no beat() arrives for `timeout_s` seconds while armed."""
 
-    def __init__(self, timeout_s: float, rank: int, clock=time.monotonic, on_expire=None):
-        self.timeout_s, self.rank, self._clock = timeout_s, rank, clock
+    def __init__(self, timeout_s: float, rank: int, clock=time.monotonic, on_expire=None,
+                 size: int = 0):
+        self.timeout_s, self.rank, self.size, self._clock = timeout_s, rank, size, clock
         self._on_expire = on_expire or _exit_peer_lost
         # The collective this rank is in (stacks.py), and what runs before it exits on a
         # stall: every rank's stacks, and the chief's summary (loop.py sets it).
-        self.where = Whereabouts()
+        self.where = _Collectives(self.alive)
         self.before_exit = None
-        self._last_beat = clock()
+        self._last_beat = self._last_poll = clock()
+        self._own_gap_s = 0.0  # the longest this process stood still since the last beat
         self._last_step = None
         self._armed = False
         self._lock = threading.Lock()
@@ -61,12 +65,22 @@ class StepWatchdog:
         """A step finished: the peers were there for it. Arms the watchdog."""
         with self._lock:
             self._last_beat, self._last_step, self._armed = self._clock(), step, True
+            self._own_gap_s = 0.0
 
     def alive(self):
         """A collective of a phase without steps finished (rounds.py): the peers were
         there for it. Keeps the watchdog as it was (armed or not), with a new clock."""
         with self._lock:
-            self._last_beat = self._clock()
+            self._last_beat, self._own_gap_s = self._clock(), 0.0
+
+    def polled(self, poll_s: float):
+        """The watchdog thread woke from a wait of poll_s. A clock that moved much more
+        than that means this process itself did not run in between (SIGSTOP, a paused
+        host, swapping): the stall is this rank's, not a peer's."""
+        with self._lock:
+            now = self._clock()
+            self._own_gap_s = max(self._own_gap_s, now - self._last_poll - poll_s)
+            self._last_poll = now
 
     def disarm(self):
         """For phases that may legitimately take long without steps (final evaluation)."""
@@ -83,16 +97,33 @@ class StepWatchdog:
             return self._armed and self._clock() - self._last_beat > self.timeout_s
 
     def message(self) -> str:
+        """Which rank stalled and where: this one (its own clock jumped, or it was in no
+        collective: its own work took the time), or the peer it waited for."""
+        with self._lock:
+            gap, where = self._own_gap_s, self.where.snapshot()
+        if gap >= self.timeout_s / 2:
+            cause = (f"this rank itself was stopped or stalled for {gap:.0f} s of that (its "
+                     f"watchdog's own clock jumped: SIGSTOP, Ctrl-Z, a paused host or heavy "
+                     f"swapping), so its peers have likely ended already; it ends too")
+        elif where is None:
+            cause = ("this rank itself was in no collective: its own work since then took "
+                     "that long while its peers waited, so it ends instead")
+        else:
+            peer = f"rank {1 - self.rank}, its peer," if self.size == 2 else "a peer rank"
+            cause = (f"this rank waited in {where['collective']} (step {where['step']}) and "
+                     f"{peer} has died or stalled, so this rank ends instead of waiting forever")
         return (f"rank {self.rank}: no collective with the peers finished for "
                 f"{self.timeout_s:g} s (--collective_timeout_s) after step {self._last_step}; "
-                f"a peer rank has died or stalled, so this rank ends instead of waiting "
-                f"forever. Relaunch with the same flags to resume from the newest checkpoint "
+                f"{cause}. Relaunch with the same flags to resume from the newest checkpoint "
                 f"in --checkpoint_dir")
 
     def _watch(self):
         # Poll a few times per timeout: the bound is timeout_s plus one poll.
         poll = min(1.0, self.timeout_s / 4)
+        with self._lock:
+            self._last_poll = self._clock()
         while not self._stop.wait(poll):
+            self.polled(poll)
             if self.expired():
                 if self.before_exit is not None:
                     self.before_exit(self.message())
@@ -100,10 +131,38 @@ class StepWatchdog:
                 return
 
 
+class _Collectives(Whereabouts):
+    """The collective this rank is in (stacks.py), and each one that finishes a sign of
+    life: the peers were there for it. Counting steps and rounds alone, the waits of the
+    collectives between two steps (a metrics gather, the first weight check, traced on a
+    loaded host, a checkpoint write's first round) added up past the bound though none
+    was stalled (issue 55 item 5). One that raises is none."""
+
+    def __init__(self, finished):
+        super().__init__()
+        self._finished = finished
+
+    @contextlib.contextmanager
+    def entering(self, name: str, step: int, nbytes: int = 0):
+        with super().entering(name, step, nbytes):
+            yield
+        self._finished()
+
+
 def _exit_peer_lost(message: str):
-    logging.error("watchdog | %s", message)
+    exit_to_resume(message, "watchdog")
+
+
+def exit_to_resume(message: str, label: str, settle_s: float = 0.0, then=None):
+    """Ends this process with `message` and exit 75 (a relaunch resumes); then(message)
+    after the line (the stacks). settle_s: a pause after both, so that every rank ending
+    at once prints its own line before a launcher ends the job for the first one gone."""
+    logging.error("%s | %s", label, message)
     print(f"horovod_train: stopped: {message}", file=sys.stderr, flush=True)
-    # os._exit: the main thread is stuck in a collective and would never unwind.
+    if then is not None:
+        then(message)
+    time.sleep(settle_s)
+    # os._exit: the main thread may be stuck in a collective (or a write) and never unwind.
     os._exit(EXIT_PEER_LOST)
 
 

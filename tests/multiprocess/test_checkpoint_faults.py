@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -169,3 +170,56 @@ def test_a_chief_killed_mid_write_without_atomic_rename_leaves_whole_checkpoints
     assert re.search(rf"resumed from step {committed[0]}\b", done.stderr), done.stderr[-3000:]
     assert _ckpts(ck) == [commit.name(committed[0] + n) for n in (1, 2, 3)]
     assert all(sorted(os.listdir(ck / n)) == WHOLE for n in _ckpts(ck))
+
+
+def _bounded(job, timeout: float) -> str:
+    """`job`'s output once it ended; killed (its whole group) and failed past `timeout`."""
+    try:
+        out, _ = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        out, _ = job.communicate()
+        pytest.fail(f"still running after {timeout} s; its output:\n{out[-3000:]}")
+    return out
+
+
+def test_a_checkpoint_write_that_never_ends_is_bounded_and_the_relaunch_resumes(tmp_path):
+    """Issue 55 item 3: a write that never ends (--inject_delay=checkpoint:600@0, a stuck
+    mount) kept every rank alive in its rounds, in silence, forever. Now the chief says it
+    is still writing, and past --checkpoint_timeout_s every rank ends with one line naming
+    the write and its path, exit 75; the relaunch resumes from the committed checkpoint
+    before it. Its own launches: the write must outlast its bound, which no other
+    scenario's flags may (test_local_phases.py's slow writes must end well), and there
+    must be a committed checkpoint first: one process at the same global batch (64) writes
+    it, the cheapest launch that does."""
+    pytest.importorskip("horovod.tensorflow")
+    ck = tmp_path / "CK"
+    first = run_cli(TRAIN + SMALL + ["--batch_size=64", "--max_steps=10",
+                                     f"--checkpoint_dir={ck}"], timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    common = ["--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10",
+              "--checkpoint_every=10", "--max_steps=20", "--collective_timeout_s=8",
+              f"--checkpoint_dir={ck}"]
+    started = time.monotonic()
+    output = _bounded(start_job(horovodrun(2, "gloo", common + [
+        "--inject_delay=checkpoint:600@0", "--checkpoint_timeout_s=12"]), "ckpt-stuck"), 240)
+    print(f"\n[checkpoint bound] a write stuck for 600 s ended the job in "
+          f"{time.monotonic() - started:.0f} s")
+    assert "Process 0 exit with status code 75" in output, output[-4000:]
+    path = os.path.join(str(ck), commit.name(20))
+    stopped = sorted(line for line in output.splitlines() if "horovod_train: stopped:" in line)
+    assert [line.split(">", 1)[0] for line in stopped] == ["[0]<stderr", "[1]<stderr"], \
+        output[-4000:]
+    for rank, line in enumerate(stopped):
+        assert f"rank {rank}: the chief's checkpoint write of step 20 to {path} has not ended " \
+               f"after 14 s (limit 12 s: --checkpoint_timeout_s" in line, line
+    # Every 8 s (the collective bound) while it runs long, as a long evaluation does.
+    assert f"checkpoint | still writing {path} after 8 s" in output, output[-4000:]
+    assert "peer" not in output
+    assert [s for s, p in checkpoint.list_checkpoints(str(ck))
+            if commit.inspect(p).why_not is None] == [10]
+
+    again = run_cli(horovodrun(2, "gloo", common), timeout=300)  # the same, without the delay
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "resumed from step 10" in again.stdout + again.stderr
+    assert _marked(ck) == ["ckpt-000000010", "ckpt-000000020"]

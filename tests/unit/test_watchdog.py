@@ -1,6 +1,8 @@
 """The step watchdog's rules (a fake clock; the real thing is in test_faults.py)."""
 import threading
 
+import pytest
+
 from horovod_train.watchdog import StepWatchdog, describe_peer_loss
 
 
@@ -116,3 +118,91 @@ def test_our_own_file_names_in_the_node_stack_do_not_make_an_error_a_peer_loss()
     lost = describe_peer_loss(UnknownError(text.replace(
         "Timestamp cannot", "Horovod has been shut down; Timestamp cannot")))
     assert lost is not None and ": Horovod has been shut down; Timestamp cannot" in lost
+
+
+def test_a_rank_that_was_itself_stopped_says_so_not_a_peer():
+    """Issue 55 items 5 and 9: the chief SIGSTOPped mid-write then SIGCONTed saw the gap
+    itself and blamed "a peer". Its watchdog thread's own clock jumped between two polls
+    of 1 s: that is this rank standing still."""
+    clock = Clock()
+    dog = StepWatchdog(8, rank=0, clock=clock, size=2)
+    dog.beat(20)
+    with dog.where.entering("the checkpoint write's rounds", 20):
+        for _ in range(3):  # the thread polls every second while the rank runs
+            clock.now += 1.0
+            dog.polled(1.0)
+        clock.now += 40.0  # SIGSTOP ... SIGCONT: the thread wakes 40 s late
+        dog.polled(1.0)
+        assert dog.expired()
+        line = dog.message()
+    assert line.startswith("rank 0: no collective with the peers finished for 8 s")
+    assert "this rank itself was stopped or stalled for 39 s" in line
+    assert "peer rank has died" not in line and "resume" in line
+
+
+def test_a_rank_waiting_in_a_collective_names_its_peer_and_where_it_waited():
+    clock = Clock()
+    dog = StepWatchdog(8, rank=1, clock=clock, size=2)
+    dog.beat(20)
+    with dog.where.entering("the final evaluation's rounds", 20):
+        for _ in range(9):  # polled on time: this rank ran; its peer did not answer
+            clock.now += 1.0
+            dog.polled(1.0)
+        assert dog.expired()
+        line = dog.message()
+    assert "this rank waited in the final evaluation's rounds (step 20)" in line
+    assert "rank 0, its peer, has died or stalled" in line and "itself" not in line
+
+
+def test_a_rank_in_no_collective_says_its_own_work_took_the_time():
+    """Armed, polled on time, in no collective: the peers wait for THIS rank (its own
+    local work between collectives ran past the bound)."""
+    clock = Clock()
+    dog = StepWatchdog(8, rank=0, clock=clock, size=3)
+    dog.beat(5)
+    for _ in range(9):
+        clock.now += 1.0
+        dog.polled(1.0)
+    assert dog.expired()
+    assert "this rank itself was in no collective" in dog.message()
+
+
+def test_a_short_hiccup_or_an_old_gap_is_not_called_a_stop():
+    """A gap under half the bound, or one before the last beat, leaves the peer wording."""
+    clock = Clock()
+    dog = StepWatchdog(8, rank=0, clock=clock, size=4)
+    clock.now += 30.0  # stopped before the last beat: a beat since says all is well
+    dog.polled(1.0)
+    dog.beat(3)
+    with dog.where.entering("the step's gradient allreduce", 4):
+        clock.now += 3.5  # 2.5 s late: under half of 8 s
+        dog.polled(1.0)
+        for _ in range(6):
+            clock.now += 1.0
+            dog.polled(1.0)
+        assert dog.expired()
+        line = dog.message()
+    assert "a peer rank has died or stalled" in line and "itself" not in line
+
+
+def test_every_collective_that_finishes_restarts_the_window():
+    """Issue 55 item 5, the end-of-run stall: after the last step's beat come the
+    interval's gather, the ranks' weight check (its first one in a resumed run, traced
+    there first: slow on a loaded host) and the checkpoint write's first round. Each
+    finished well within the bound, but the watchdog counted only steps and rounds, so
+    their waits added up past it and both ranks ended, though no peer had stalled."""
+    clock = Clock()
+    dog = StepWatchdog(30, rank=0, clock=clock)
+    dog.beat(20)
+    for name in ("the interval's metrics gather", "the ranks' weight check",
+                 "the checkpoint write's rounds"):
+        with dog.where.entering(name, 20):
+            clock.now += 20  # waits on the peer, which finishes its own work first
+        assert not dog.expired(), name
+    clock.now += 29
+    assert not dog.expired()
+    with pytest.raises(RuntimeError):  # a collective that fails is no sign of life
+        with dog.where.entering("the final evaluation's rounds", 20):
+            clock.now += 2
+            raise RuntimeError("peer lost")
+    assert dog.expired()
