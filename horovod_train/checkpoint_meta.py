@@ -26,6 +26,7 @@ MAX_RANKS = 100_000  # beyond any data-parallel job: a bigger one is a corrupt r
 MAX_BATCH = 1 << 20  # examples per rank per micro-batch, and micro-batches per step
 MAX_SCALE = 1e6  # the rate's multiplier: a world size, times the global batch changes
 MAX_EXAMPLES = 10 ** 12  # examples into an epoch (the data's size bounds it at restore)
+MAX_WARMUP = 10 ** 15  # a long warmup is only slow (--warmup_epochs has no upper bound)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +52,8 @@ SCHEMA = (  # containers before their fields; a field before one whose range it 
     Field(("lr_schedule",), dict, older="the learning rate of a fresh start"),
     Field(("lr_schedule", "scale"), float, 0, MAX_SCALE, low_open=True,
           older="the learning rate's multiplier of a fresh start"),
-    Field(("lr_schedule", "warmup_steps"), int, 0, MAX_STEP, older="the warmup of --warmup_epochs"),
+    Field(("lr_schedule", "warmup_steps"), int, 0, MAX_WARMUP,
+          older="the warmup of --warmup_epochs"),
     Field(("position",), dict, older="the data position counted from the step"),
     # Each epoch takes one step at least: no more epochs are done than steps.
     Field(("position", "epoch"), int, 0, "step", older="the data position counted from the step"),
