@@ -9,6 +9,8 @@ import pathlib
 
 import pytest
 
+from process_count import ProcessCounter
+
 HERE = pathlib.Path(__file__).parent
 # Directory under tests/ -> the markers of every test in it.
 TIERS = {
@@ -41,13 +43,25 @@ def pytest_collection_modifyitems(config, items):
 
 class TierClock:
     """Seconds and tests per tier (setup + call + teardown, so a scenario's shared launch
-    counts where it ran), printed at the end, so every `make test` shows where its wall
-    time went. `make test` runs one test at a time, so they add up to its wall time
-    (under pytest -n, to the workers' summed time).
+    counts where it ran), and the Python processes and ranks each tier started
+    (process_count.py: what a multi-rank test pays for), printed at the end, so every
+    `make test` shows where its wall time went. `make test` runs one test at a time, so
+    they add up to its wall time (under pytest -n, to the workers' summed time, and a
+    process counts toward the tier of either worker's test).
     A plugin registered per session (pytest_configure), not module state."""
 
     def __init__(self):
         self.seconds, self.tests = {}, {}
+        self.counter = ProcessCounter()
+
+    def pytest_sessionstart(self, session):
+        self.counter.start()
+
+    def pytest_sessionfinish(self, session):
+        self.counter.stop()
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.counter.tier = tier_name(location[0])
 
     def pytest_runtest_logreport(self, report):
         tier = tier_name(report.fspath)
@@ -61,7 +75,7 @@ class TierClock:
 
     def line(self) -> str:
         parts = [f"{tier} {self.tests.get(tier, 0)} tests {self.seconds[tier]:.0f} s"
-                 for tier in TIERS if tier in self.seconds]
+                 f"{self.counter.words(tier)}" for tier in TIERS if tier in self.seconds]
         return "tiers | " + " | ".join(parts) + f" | all {sum(self.seconds.values()):.0f} s"
 
 
@@ -71,4 +85,5 @@ def tier_name(fspath) -> str:
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(TierClock(), "tier_clock")
+    if not hasattr(config, "workerinput"):  # under pytest -n, the controller alone counts
+        config.pluginmanager.register(TierClock(), "tier_clock")
