@@ -80,3 +80,48 @@ def test_a_rank_killed_during_evaluation_is_still_detected(tmp_path):
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_a_chief_stopped_mid_write_says_it_was_itself_stopped(tmp_path):
+    """Issue 55 items 5 and 9: the chief SIGSTOPped in its checkpoint write's rounds, then
+    SIGCONTed after the bound, said "a peer rank has died or stalled". Its own watchdog
+    now sees its clock jump and says this rank itself was stopped; the peer names rank 0
+    and where it waited. Two MWMS workers started by hand: under horovodrun the launcher
+    ends the stopped rank when its peer exits, before it can speak (test_faults.py stops
+    rank 1 there); no other scenario stops the chief, so this is its own launch."""
+    ports = free_ports(2)
+    flags = ["--max_steps=20", "--log_every=5", "--eval_every_epochs=0", "--intra_op_threads=1",
+             "--collective_timeout_s=6", "--checkpoint_every=20", "--inject_delay=checkpoint:30@0",
+             f"--checkpoint_dir={tmp_path}/ck"]
+    procs = [subprocess.Popen(TRAIN + flags, cwd=ROOT, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=child_env(TF_CONFIG=tf_config(ports, i)))
+             for i in range(2)]
+    try:
+        out0 = []
+        deadline = time.monotonic() + 300
+        for line in procs[0].stdout:  # in the write's rounds (30 s long), 6 s into it
+            out0.append(line)
+            if "checkpoint | still writing" in line:
+                break
+            assert time.monotonic() < deadline, "".join(out0)[-3000:]
+        os.kill(procs[0].pid, signal.SIGSTOP)
+        time.sleep(12)  # twice the bound: the peer's watchdog ends it meanwhile
+        os.kill(procs[0].pid, signal.SIGCONT)
+        texts = ["".join(out0) + procs[0].communicate(timeout=120)[0],
+                 procs[1].communicate(timeout=120)[0]]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    assert [p.returncode for p in procs] == [75, 75], texts[0][-3000:] + texts[1][-3000:]
+    stopped = [[line for line in text.splitlines() if "horovod_train: stopped:" in line]
+               for text in texts]
+    assert len(stopped[0]) == 1 and len(stopped[1]) == 1, stopped
+    assert re.search(r"rank 0: .*; this rank itself was stopped or stalled for 1\d s of that",
+                     stopped[0][0]), stopped[0][0]
+    assert "peer rank has died" not in stopped[0][0]
+    assert "rank 1: no collective with the peers finished for 6 s" in stopped[1][0]
+    assert "this rank waited in the checkpoint write's rounds (step 20) and rank 0, its peer, " \
+           "has died or stalled" in stopped[1][0], stopped[1][0]
