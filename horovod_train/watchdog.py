@@ -24,6 +24,7 @@ import time
 from absl import logging
 
 from horovod_train.stacks import Whereabouts
+from launch.redact import redact
 
 EXIT_PEER_LOST = 75  # EX_TEMPFAIL: relaunching with the same flags resumes the run
 # How long a rank that saw its peer vanish waits before exiting 75. The peer may have
@@ -158,7 +159,8 @@ def exit_to_resume(message: str, label: str, settle_s: float = 0.0, then=None):
     after the line (the stacks). settle_s: a pause after both, so that every rank ending
     at once prints its own line before a launcher ends the job for the first one gone."""
     logging.error("%s | %s", label, message)
-    print(f"horovod_train: stopped: {message}", file=sys.stderr, flush=True)
+    # Not through logging's filter: a --checkpoint_dir URL's credentials masked here.
+    print(f"horovod_train: stopped: {redact(message)}", file=sys.stderr, flush=True)
     if then is not None:
         then(message)
     time.sleep(settle_s)

@@ -80,9 +80,10 @@ class WriteBound:
                 f"{self.path()} has not ended after {elapsed:.0f} s (limit {self.limit_s:.0f} s: "
                 f"--checkpoint_timeout_s, or the checkpoint's size at "
                 f"{SLOWEST_BYTES_PER_S / 1e6:g} MB/s if longer); the storage is stuck or far "
-                f"too slow, so every rank ends. That write never committed: the previous "
-                f"checkpoint is intact. Fix: check the storage, then relaunch with the same "
-                f"flags to resume from the newest committed checkpoint in --checkpoint_dir")
+                f"too slow, so every rank ends. A write cut short never counts: the "
+                f"checkpoints committed before it are intact. Fix: check the storage, then "
+                f"relaunch with the same flags to resume from the newest committed checkpoint "
+                f"in --checkpoint_dir")
 
     def _exit_to_resume(self, message: str):
         # The line first: with --run_dir a non-chief's stacks report waits for the chief's.

@@ -46,7 +46,21 @@ def test_rounds_feed_the_watchdog_and_end_every_rank_past_the_limit(caplog):
     assert line.startswith("rank 1: the chief's checkpoint write of step 20 to "
                            "/ck/ckpt-000000020 has not ended after 12 s (limit 10 s: "
                            "--checkpoint_timeout_s")
-    assert "the previous checkpoint is intact" in line and "relaunch" in line and "\n" not in line
+    assert "the checkpoints committed before it are intact" in line and "relaunch" in line
+    assert "\n" not in line
+
+
+def test_the_last_line_masks_a_checkpoint_url_s_credentials(capsys, monkeypatch):
+    """The line is printed, not logged (logging's filter masks those): masked here."""
+    monkeypatch.setattr(write_bound.watchdog.os, "_exit", lambda code: exits.append(code))
+    exits = []
+    bound = WriteBound(limit_s=1.0, round_s=2.0, rank=0, directory="gs://user:Secret1@b/ck",
+                       step_of=lambda: 7, alive=lambda: None)
+    bound()
+    err = capsys.readouterr().err
+    assert exits == [75] and "Secret1" not in err
+    assert "horovod_train: stopped: rank 0: the chief's checkpoint write of step 7 to " \
+           "gs://***@b/ck/ckpt-000000007 has not ended after 2 s" in err
 
 
 def test_each_write_has_its_own_clock():
