@@ -101,6 +101,11 @@ class StackDump:
     def enabled(self) -> bool:
         return self._dir is not None
 
+    @property
+    def private_dir(self) -> PrivateDir | None:
+        """The stacks directory as install opened and checked it (None: refused)."""
+        return self._dir
+
     def install(self) -> "StackDump":
         """Opens the stack file and answers STACK_SIGNAL with a dump (not at import:
         called once the rank is known). A stacks dir that is not this user's is refused
@@ -241,9 +246,10 @@ def report(dump: StackDump, world_size: int, is_chief: bool, reason: str,
     if not dump.enabled:
         return  # its directory was refused (install said so): no summary to read
     # A peer's watchdog may have fired a poll (<= 1 s) before this one: its dump counts.
-    wait_for_dumps(dump.directory, world_size, started - 2 * wait_s, wait_s)
+    # Read through the directory install opened: its path may point elsewhere by now.
+    wait_for_dumps(dump.private_dir, world_size, started - 2 * wait_s, wait_s)
     lines = [f"stacks | {reason}: where each rank was (files in {dump.directory}):"]
-    lines += [f"stacks | {line}" for line in summary(dump.directory, world_size)]
+    lines += [f"stacks | {line}" for line in summary(dump.private_dir, world_size)]
     import sys
     sys.stderr.write(redact("\n".join(lines)) + "\n")  # one write: a launcher never splits it
     sys.stderr.flush()

@@ -85,8 +85,26 @@ class PrivateDir:
             os.close(fd)  # swapped between the check and the open: someone is at work
             raise _refused(path, "a directory that was replaced while it was opened")
         if stat.S_IMODE(opened.st_mode) != PRIVATE_DIR_MODE:
-            os.fchmod(fd, PRIVATE_DIR_MODE)
+            try:
+                os.fchmod(fd, PRIVATE_DIR_MODE)
+            except OSError as err:  # a read-only mount: refused, and the fd not left open
+                os.close(fd)
+                raise _refused(path, err.strerror or str(err)) from None
         return cls(path, fd)
+
+    def names(self) -> list[str]:
+        """The names in this directory, the one opened (not whatever its path is now)."""
+        return os.listdir(self.fd)
+
+    def read(self, name: str) -> str | None:
+        """The text of `name` in this directory when it is a regular file of this
+        user's; None when it is missing, a link, a FIFO (O_NONBLOCK: opening one never
+        waits) or another user's."""
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=self.fd)
+        except OSError:
+            return None
+        return _read_own(fd)
 
     def entry(self, name: str) -> os.stat_result | None:
         """What is at `name` (a link is the link), or None."""
@@ -133,14 +151,31 @@ class PrivateDir:
         self.close()
 
 
-def read_private(path: str) -> str | None:
-    """The text of `path` when it is a regular file of this user's; None when it is
-    missing, a link, a FIFO (O_NONBLOCK: opening one never waits) or another user's."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
-    except OSError:
-        return None
+def _read_own(fd: int) -> str | None:
+    """The text of open file `fd` (closed here) when it is a regular file of ours."""
     with os.fdopen(fd, "rb") as f:
         if not is_ours(os.fstat(fd)):
             return None
         return f.read().decode("utf-8", "replace")
+
+
+def shared_dir_warning(path: str) -> str | None:
+    """One line when `path` (a run dir) is a directory another user owns, or one its
+    group or others can write without the sticky bit: there another user can plant a
+    symlink at a name we write, or rename our directories away. None when it is safe or
+    not there yet (it will be made with this user's umask)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    why = ("another user can plant a symlink where a file of this run will be written, or "
+           "swap its directories (its writes to such names are refused or go elsewhere)")
+    fix = f"Fix: pass a --run_dir only you can write (mkdir -m 700 DIR, or chmod go-w {path})"
+    if found.st_uid != os.geteuid():
+        return f"{path!r}: received {describe(found)}; expected a directory of yours: {why}. {fix}"
+    mode = stat.S_IMODE(found.st_mode)
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        who = "others" if mode & 0o002 else "its group"
+        return (f"{path!r}: received a directory {who} can write (mode {mode:o}) without the "
+                f"sticky bit; expected one only you can write: {why}. {fix}")
+    return None

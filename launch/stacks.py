@@ -12,7 +12,6 @@ thread) in D/stacks/rank<R>.native.txt, for a pid that is verifiably the rank
 directory or a REQUEST that is not this user's is refused in one line.
 """
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import subprocess
 import time
 
 from launch.errors import LaunchError, launch_error
-from launch.private_files import PrivateDir, Refused, describe, is_ours, owner, read_private
+from launch.private_files import PrivateDir, Refused, describe, is_ours, owner
 
 # The files each rank keeps in RUN_DIR/DIR_NAME (horovod_train/stacks.py writes them).
 DIR_NAME = "stacks"
@@ -34,10 +33,11 @@ _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent ca
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
-def _read_json(path: str) -> dict | None:
-    """The object in `path`, a file of this user's (never through a link), or None."""
+def _read_json(directory: PrivateDir, name: str) -> dict | None:
+    """The object in `name`, a file of this user's in `directory` (never through a
+    link), or None."""
     try:
-        found = json.loads(read_private(path) or "null")
+        found = json.loads(directory.read(name) or "null")
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
@@ -72,11 +72,12 @@ def innermost_frame(dump: str, thread: str | None) -> str | None:
     return None
 
 
-def describe_rank(directory: str, rank: int) -> str:
-    """One summary line for `rank` from its files under `directory`."""
-    info = _read_json(os.path.join(directory, f"rank{rank}.json"))
-    where = _read_json(os.path.join(directory, f"rank{rank}.where.json"))
-    dump = last_dump(read_private(os.path.join(directory, f"rank{rank}.txt")) or "")
+def describe_rank(directory: PrivateDir, rank: int) -> str:
+    """One summary line for `rank` from its files in `directory` (read through the
+    directory opened and checked: renaming its path away since changes nothing)."""
+    info = _read_json(directory, f"rank{rank}.json")
+    where = _read_json(directory, f"rank{rank}.where.json")
+    dump = last_dump(directory.read(f"rank{rank}.txt") or "")
     if not dump.strip() or where is None:
         host = f" (pid {info['pid']} on {info['host']})" if info else ""
         return (f"rank {rank}{host}: no stack written: gone (killed, crashed), stopped, "
@@ -93,7 +94,7 @@ def describe_rank(directory: str, rank: int) -> str:
     return f"rank {rank}: not in a collective, at {frame}"
 
 
-def summary(directory: str, world_size: int) -> list[str]:
+def summary(directory: PrivateDir, world_size: int) -> list[str]:
     """A line per rank, then who the others wait for: the ranks in no collective."""
     lines = [describe_rank(directory, rank) for rank in range(world_size)]
     waiting = [r for r, line in enumerate(lines) if ": in " in line]
@@ -105,13 +106,13 @@ def summary(directory: str, world_size: int) -> list[str]:
     return lines
 
 
-def wait_for_dumps(directory: str, world_size: int, since: float, timeout_s: float) -> list[int]:
+def wait_for_dumps(directory: PrivateDir, world_size: int, since: float, timeout_s: float) -> list[int]:
     """Waits up to timeout_s for every rank's dump made after `since`; returns the ranks
     that made none."""
     deadline = time.monotonic() + timeout_s
     while True:
         missing = [r for r in range(world_size)
-                   if ((_read_json(os.path.join(directory, f"rank{r}.where.json")) or {})
+                   if ((_read_json(directory, f"rank{r}.where.json") or {})
                        .get("time", 0) < since)]
         if not missing or time.monotonic() >= deadline:
             return missing
@@ -126,13 +127,14 @@ class StacksRequest:
     native: bool = False
 
 
-def _ranks(directory: str) -> dict[int, dict]:
+def _ranks(directory: PrivateDir) -> dict[int, dict]:
     """{rank: its rank<R>.json} of the registrations that are files of ours and say a pid
     and a host; others are not read."""
     found = {}
-    for path in glob.glob(os.path.join(directory, "rank*.json")):
-        name = os.path.basename(path)[len("rank"):-len(".json")]
-        info = _read_json(path) if name.isdigit() else None
+    for entry in directory.names():
+        name = entry[len("rank"):-len(".json")]
+        info = _read_json(directory, entry) \
+            if entry.startswith("rank") and entry.endswith(".json") and name.isdigit() else None
         if info and isinstance(info.get("pid"), int) and info["pid"] > 0 \
                 and isinstance(info.get("host"), str):
             found[int(name)] = info
@@ -163,7 +165,10 @@ def process_identity(pid: int) -> dict | None:
     except OSError:
         return None
     # After the command name in parentheses (which may hold anything): field 3 onwards.
-    return {"start": int(line[line.rfind(b")") + 2:].split()[19]), "boot": boot, "uid": uid}
+    fields = line[line.rfind(b")") + 2:].split()
+    if fields[0] in (b"Z", b"X"):
+        return None  # it has ended: a zombie keeps its pid and start time until reaped
+    return {"start": int(fields[19]), "boot": boot, "uid": uid}
 
 
 def not_the_rank(info: dict) -> str | None:
@@ -197,8 +202,17 @@ def _native(directory: PrivateDir, rank: int, info: dict) -> str:
     impostor = not_the_rank(info)
     if impostor is not None:
         return f"no native frames: {impostor}"
-    proc = subprocess.run([spy, "dump", "--native", "--pid", str(info["pid"])],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.run([spy, "dump", "--native", "--pid", str(info["pid"])],
+                              capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"no native frames: py-spy did not finish reading pid {info['pid']} in 60 s"
+    # The rank may have ended while py-spy read it, and its pid gone to another process:
+    # what py-spy printed then is not the rank's.
+    changed = not_the_rank(info)
+    if changed is not None:
+        return f"no native frames: {changed}, while py-spy read it (its output is dropped)"
     name = f"rank{rank}.native.txt"
     directory.write_atomic(name, (proc.stdout + proc.stderr).encode())
     path = os.path.join(directory.path, name)
@@ -243,14 +257,14 @@ def dump_live(request: StacksRequest) -> str:
     except Refused as err:
         raise LaunchError(str(err)) from None
     with directory:
-        ranks = _ranks(path)
+        ranks = _ranks(directory)
         if not ranks:
             raise _no_ranks(request.run_dir)
         started = time.time()
         _ask(directory, started)
         notes = [_note(directory, rank, info, request.native)
                  for rank, info in sorted(ranks.items())]
-        wait_for_dumps(path, max(ranks) + 1, started, request.wait_s)
+        wait_for_dumps(directory, max(ranks) + 1, started, request.wait_s)
         lines = [f"stacks of the job in {request.run_dir}, on request (files in {path}):"]
-        lines += summary(path, max(ranks) + 1) + [note for note in notes if note]
+        lines += summary(directory, max(ranks) + 1) + [note for note in notes if note]
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ import pytest
 from horovod_train import stacks
 from launch import stacks as reader
 from launch.errors import LaunchError
+from launch.private_files import PrivateDir
 
 DUMP = """== 10:00:00 the watchdog fired
 Thread 0x00007f0000000002 (most recent call first):
@@ -64,7 +65,8 @@ def test_the_summary_names_where_each_rank_is_and_who_the_others_wait_for(tmp_pa
     _rank_files(d, 1, DUMP.replace("line 80 in run_step_fed", "line 244 in _one_step")
                 .replace("backends/base.py", "trainer.py"))
     _rank_files(d, 2)  # registered, never dumped: gone
-    lines = reader.summary(d, 4)  # rank 3: not even registered
+    with PrivateDir.open(d) as directory:
+        lines = reader.summary(directory, 4)  # rank 3: not even registered
     assert lines[0] == ("rank 0: in the step's gradient allreduce (step 7, 2.5 MB) for 12 s, "
                         "at base.py:80 in run_step_fed")
     assert lines[1] == "rank 1: not in a collective, at trainer.py:244 in _one_step"
@@ -77,7 +79,8 @@ def test_waiting_for_dumps_names_the_ranks_that_made_none(tmp_path):
     d = str(tmp_path)
     _rank_files(d, 0, DUMP, None, when=time.time())
     _rank_files(d, 1, DUMP, None, when=time.time() - 3600)  # an old dump: not this one
-    assert reader.wait_for_dumps(d, 3, time.time() - 60, timeout_s=0.3) == [1, 2]
+    with PrivateDir.open(d) as directory:
+        assert reader.wait_for_dumps(directory, 3, time.time() - 60, timeout_s=0.3) == [1, 2]
 
 
 def test_whereabouts_nest_and_restore():
@@ -100,8 +103,8 @@ def test_a_rank_answers_a_request_with_its_stacks_and_where_it_waits(tmp_path):
             time.sleep(0.01)
             with open(os.path.join(directory, reader.REQUEST), "w") as f:
                 f.write("now\n")
-            assert reader.wait_for_dumps(directory, 1, asked, timeout_s=10) == []
-        line = reader.describe_rank(directory, 0)
+            assert reader.wait_for_dumps(dump.private_dir, 1, asked, timeout_s=10) == []
+        line = reader.describe_rank(dump.private_dir, 0)
         assert line.startswith("rank 0: in a test collective (step 5, 1000 bytes) for ")
         # The main thread's innermost frame of ours: this test, waiting for the dump.
         assert line.endswith("in wait_for_dumps") and "at stacks.py:" in line
@@ -123,7 +126,7 @@ def test_after_a_failed_collective_the_dump_says_where_it_raised_and_which_it_wa
                 _collective_that_fails()
         except RuntimeError as err:
             dump.dump("a peer was lost", err)
-        line = reader.describe_rank(directory, 0)
+        line = reader.describe_rank(dump.private_dir, 0)
     finally:
         dump.close()
     assert line.startswith("rank 0: in the interval's metrics gather (step 9) for ")
