@@ -16,7 +16,6 @@ a rank is killed, with their own code: 137). PeerEndedWatch then says so in one 
 naming the peer, and the rank exits 75 (a peer was lost; a relaunch resumes).
 """
 import os
-import select
 import signal
 import socket
 import sys
@@ -95,7 +94,6 @@ class SigtermVote:
         self._exit(EXIT_STOPPED)
 
 
-
 class PeerEndedWatch:
     """On SIGTERM, if a peer on this host (local_peers) has ended, prints one line naming
     it and exits 75; otherwise leaves the SIGTERM to the stop vote.
@@ -148,11 +146,12 @@ class PeerEndedWatch:
     def _run(self):
         reader = self._sockets[0]
         while not self._stopped.is_set():
-            select.select([reader], [], [], 1.0)
             try:
-                data = reader.recv(64)
-            except (BlockingIOError, OSError):
-                continue
+                data = reader.recv(64)  # a signal's number, or stop()'s wake-up
+            except OSError:
+                return
+            if not data:
+                return
             if signal.SIGTERM in data and not self._stopped.is_set():
                 self._on_sigterm()
 
