@@ -15,6 +15,7 @@ directory (its fd: renaming the directory away afterwards changes nothing):
 """
 import contextlib
 import dataclasses
+import errno
 import os
 import pwd
 import stat
@@ -157,6 +158,32 @@ def _read_own(fd: int) -> str | None:
         if not is_ours(os.fstat(fd)):
             return None
         return f.read().decode("utf-8", "replace")
+
+
+def open_append(path: str, mode: int) -> int:
+    """`path` open for appending (made with `mode` when missing), never through a link:
+    raises Refused (one line) when a link, a special file, another user's file or one
+    with other names (a hard link planted to a file of ours) is there; OSError as the
+    disk refuses."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW,
+                     mode)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO no one reads
+            raise
+        return _refuse_file(path, describe(os.lstat(path)))
+    found = os.fstat(fd)
+    if is_ours(found) and found.st_nlink == 1:
+        return fd
+    os.close(fd)
+    return _refuse_file(path, describe(found) if found.st_nlink == 1 else
+                        f"a file with {found.st_nlink} names (a hard link)")
+
+
+def _refuse_file(path: str, found: str):
+    raise Refused(f"{path!r}: received {found}; expected a file of yours (not a link) or "
+                  f"none. Fix: remove it (rm {path}), or pass a --run_dir that only you "
+                  f"can write")
 
 
 def shared_dir_warning(path: str) -> str | None:

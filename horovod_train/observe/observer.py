@@ -8,14 +8,17 @@ write nothing without the loop ever asking which rank it is.
 import contextlib
 import json
 import os
+import stat
 import time
 
 from absl import logging
 
+from horovod_train import filemode
 from horovod_train.errors import UsageError, write_error
 from horovod_train.observe import baseline, profiler, progress
 from horovod_train.observe.straggler import StragglerWatch, wait_scalars, wait_tags
 from horovod_train.observe.writer import BackgroundWriter
+from launch.private_files import Refused, describe, is_ours, open_append, shared_dir_warning
 from launch.redact import redact_tree
 
 METRICS_FILE = "metrics.jsonl"
@@ -66,6 +69,34 @@ def _writing(path: str):
         raise write_error("--run_dir", err.filename or path, err, RUN_DIR_FIX) from None
 
 
+def _open_records(path: str):
+    """metrics.jsonl open for appending, or None (said in one line) when something not
+    ours is in its place: a link another user planted where the run dir lets them.
+    Appended, one JSON object per line and flushed: a resumed run continues the file
+    after a new "start" record, and a reader never sees half a line."""
+    try:
+        fd = open_append(path, filemode.new_file_mode())
+    except Refused as err:
+        logging.warning("records | %s; this run goes on without %s", err, METRICS_FILE)
+        return None
+    return os.fdopen(fd, "a")
+
+
+def _tensorboard_dir(path: str) -> bool:
+    """Whether RUN/tb is (or is now made) a directory of ours. TensorFlow creates its
+    events file there by a name it opens itself, through a link or not: a link or
+    another user's directory in its place would take our events; said in one line."""
+    if not os.path.lexists(path):
+        os.makedirs(path, exist_ok=True)
+    found = os.lstat(path)
+    if is_ours(found, stat.S_ISDIR):
+        return True
+    logging.warning("records | %r: received %s; expected a directory of yours. Fix: remove "
+                    "it (rm %s), or pass a --run_dir that only you can write; this run goes "
+                    "on without TensorBoard", path, describe(found), path)
+    return False
+
+
 def traced(record: dict, index: int) -> bool:
     """Whether an interval traced; records written before the flag existed: the first."""
     return record.get("traced", index == 0)
@@ -110,6 +141,9 @@ class ChiefObserver(NullObserver):
         self.train_tags = TRAIN_TAGS + wait_tags(world_size)
         self._jsonl = self._tb = self._writer = None
         self._log_baseline(source)
+        shared = shared_dir_warning(self.run_dir) if self.run_dir else None
+        if shared:
+            logging.warning("run dir | %s", shared)
         if self.run_dir and obs.instrument:
             self._open_sinks(dict(start_record, config_key=self.key,
                                   baseline_samples_per_sec=self.baseline,
@@ -132,15 +166,18 @@ class ChiefObserver(NullObserver):
         self._tb_dir = os.path.join(self.run_dir, "tb")
         with _writing(self._jsonl_path):
             os.makedirs(self.run_dir, exist_ok=True)
-            # Appended, one JSON object per line and flushed: a resumed run continues
-            # the file after a new "start" record, and a reader never sees half a line.
-            self._jsonl = open(self._jsonl_path, "a")
-        self._append(dict(start_record, kind="start"))
+            self._jsonl = _open_records(self._jsonl_path)
+        if self._jsonl:
+            self._append(dict(start_record, kind="start"))
         with _writing(self._tb_dir):
-            self._tb = ScalarWriter(self._tb_dir, [self.train_tags, EVAL_TAGS])
-        self._writer = BackgroundWriter()
+            if _tensorboard_dir(self._tb_dir):
+                self._tb = ScalarWriter(self._tb_dir, [self.train_tags, EVAL_TAGS])
+        if self._jsonl or self._tb:
+            self._writer = BackgroundWriter()
 
     def _append(self, record: dict):
+        if not self._jsonl:
+            return  # refused at start (a link in its place): said then
         # The start record holds the config, paths included: no credential in the file.
         with _writing(self._jsonl_path):
             self._jsonl.write(json.dumps(redact_tree(record), sort_keys=True) + "\n")
@@ -149,8 +186,9 @@ class ChiefObserver(NullObserver):
     def _write(self, record: dict, scalars: dict):
         """On the writer thread: one metrics.jsonl line and its TensorBoard scalars."""
         self._append(record)
-        with _writing(self._tb_dir):
-            self._tb.write(record["step"], scalars)
+        if self._tb:
+            with _writing(self._tb_dir):
+                self._tb.write(record["step"], scalars)
 
     def after_step(self, step: int):
         self.progress.step(step)
@@ -185,21 +223,21 @@ class ChiefObserver(NullObserver):
         lagging = self.straggler.add(record)
         if lagging:
             self.progress.note(f"straggler | {lagging}")
-        if self._jsonl:
+        if self._writer:
             self._writer.submit(self._write, record, _train_scalars(record, self.train_tags))
 
     def startup(self, seconds: dict):
         """After this process's first step: the `start-up |` line and its record."""
         from horovod_train import startup
         self.progress.note(startup.line(seconds))
-        if self._jsonl:
+        if self._writer:
             self._writer.submit(self._append, {"kind": "startup", "seconds": seconds})
 
     def evaluation(self, label: str, record: dict):
         self.progress.note(
             f"eval  | {label} | step {record['step']} | test accuracy {record['accuracy']:.4f} "
             f"| test loss {record['loss']:.4f} on {record['count']} predictions")
-        if self._jsonl:
+        if self._writer:
             self._writer.submit(self._write, dict(record, kind="eval", label=label,
                                                   time_s=time.perf_counter() - self.started),
                                 {"eval/accuracy": record["accuracy"], "eval/loss": record["loss"]})
@@ -209,16 +247,18 @@ class ChiefObserver(NullObserver):
         if lagging:  # the whole run's account, after the first warning
             self.progress.note(f"straggler | over the run: {lagging}")
         self.progress.close()
-        if self._jsonl:
+        if self._writer:
             self._writer.close()  # every interval's record is on disk before "end"
             self._append({"kind": "end", "steps": summary["steps"],
                           "samples_per_sec": summary["samples_per_sec"],
                           "wall_seconds": summary["wall_seconds"],
                           "test_accuracy": summary["test_accuracy"]})
-            with _writing(self._jsonl_path):
-                self._jsonl.close()
-            with _writing(self._tb_dir):
-                self._tb.close()
+            if self._jsonl:
+                with _writing(self._jsonl_path):
+                    self._jsonl.close()
+            if self._tb:
+                with _writing(self._tb_dir):
+                    self._tb.close()
             self._store_baseline(summary)
 
     def _store_baseline(self, summary: dict):
