@@ -2,8 +2,8 @@
 
 mpirun (and plain horovodrun, which picks it) answers a rank's SIGKILL by SIGTERMing the
 others and SIGKILLing them 1 s later; the job ended with 137 and mpirun's banner only.
-Here, two real processes carry one job's identity (a PMIx namespace and their ranks, as
-mpirun gives them) and install the real SigtermVote, then block in a C call (a read from
+Here, real processes carry one job's identity (a PMIx namespace and a PMIx rank, as mpirun
+and srun --mpi=pmix give them) and install the real SigtermVote, then block in a C call (a read from
 a pipe that never gets data: a collective waiting for a dead peer). No TensorFlow, no
 launcher: what is under test is what the surviving process sees and says, from /proc."""
 import os
@@ -22,7 +22,7 @@ RANK = """
 import os, sys
 from horovod_train.stopping import SigtermVote
 sys.stdin.readline()
-SigtermVote(grace_s=float(os.environ["GRACE_S"]), rank=int(os.environ["OMPI_COMM_WORLD_RANK"])).install()
+SigtermVote(grace_s=float(os.environ["GRACE_S"]), rank=int(os.environ["PMIX_RANK"])).install()
 print("ready", flush=True)
 read_end, _ = os.pipe()
 os.read(read_end, 1)
@@ -32,7 +32,7 @@ os.read(read_end, 1)
 def _start(*ranks, namespace: str, grace_s: float = 60) -> list[subprocess.Popen]:
     """One process per rank of one job; returns once each has installed its vote."""
     procs = [subprocess.Popen([sys.executable, "-c", RANK], cwd=ROOT, text=True,
-                              env=child_env(PMIX_NAMESPACE=namespace, OMPI_COMM_WORLD_RANK=rank,
+                              env=child_env(PMIX_NAMESPACE=namespace, PMIX_RANK=rank,
                                             GRACE_S=grace_s),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for rank in ranks]
