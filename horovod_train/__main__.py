@@ -19,7 +19,6 @@ from horovod_train import flags as ht_flags
 from horovod_train.errors import UsageError
 from launch import usage
 from launch.argv import normalize_flag_names
-from launch.redact import redact
 
 FLAGS = flags.FLAGS
 # absl's --help prints only the main module's flags (ours live in horovod_train.flags,
@@ -33,7 +32,7 @@ _INSTALL_FIX = "pip install 'horovod_train[tf]' (or make setup)"
 
 def _fail(message: str):
     # One line even when a filesystem's message brought its own newlines (gs://).
-    print(usage.error_line("horovod_train", redact(message)), file=sys.stderr)
+    console.last_line(usage.error_line("horovod_train", message))
     sys.exit(2)
 
 
@@ -143,13 +142,14 @@ def _leave(code: int, message: str | None = None, traceback_of: BaseException | 
     then exit 75 ("a peer was lost, relaunch") before this rank's own code reached the
     launcher, and a supervisor would retry a deterministic failure forever. os._exit
     also avoids teardown hangs after a broken collective."""
+    text = ""
     if traceback_of is not None:
         import traceback
-        sys.stderr.write(redact("".join(traceback.format_exception(traceback_of))))
+        text = "".join(traceback.format_exception(traceback_of))
     if message:
-        # One write: print() writes the text and its newline apart, and under mpirun two
-        # ranks leaving at once (exit 4) then merge their lines into one.
-        sys.stderr.write(f"horovod_train: {redact(message)}\n")
+        text += f"horovod_train: {message}\n"
+    if text:
+        console.last_line(text)  # masked, in one write (under mpirun, lines never merge)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -10,6 +10,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from horovod_train import console
 from launch import usage
 
 PROG = "horovod_train"
@@ -68,6 +69,7 @@ def _unknown(word: str) -> str:
 
 def run(argv: list[str]) -> int:
     """The exit code of the tool `argv` asks for."""
+    console.redact_logs()  # before any tool logs a path (launch/redact.py)
     first = argv[0] if argv else "--"
     if first in VERSION_WORDS:
         print(version())
@@ -81,11 +83,18 @@ def run(argv: list[str]) -> int:
     elif first in BY_NAME:
         name, rest = first, argv[1:]
     else:
-        print(_unknown(first), file=sys.stderr)
+        console.last_line(_unknown(first))
         return 2
     module, _, function = BY_NAME[name].entry.partition(":")
     tool = getattr(importlib.import_module(module), function)
     return tool(rest, prog=f"{PROG} {name}" if name != "train" else PROG) or 0
+
+
+def standalone(tool) -> None:
+    """A tool's own `python -m` entry (horovod_train.data, .report, ...): credentials
+    masked in its log lines as through run(), then its exit code. `tool()` reads sys.argv."""
+    console.redact_logs()
+    sys.exit(tool() or 0)
 
 
 def main() -> None:

@@ -181,13 +181,26 @@ class RedactLogs(logging.Filter):
 
 
 def redact_logs() -> None:
-    """RedactLogs on absl's handler and the root logger's, once each (idempotent): every
-    Python log line of a rank (ours, TensorFlow's, Keras') passes one of them."""
+    """RedactLogs, once each (idempotent), on absl's logger itself (our lines, whatever
+    handler prints them: absl's, the root's, or Python's last resort before any is set up,
+    as in the data CLI), on absl's handler and the root logger's handlers (TensorFlow's
+    and Keras' lines), and on the last-resort handler (any logger without a handler).
+    Every CLI entry calls it first (horovod_train/commands.py)."""
     from absl import logging as absl_logging
-    handlers = [absl_logging.get_absl_handler(), *logging.getLogger().handlers]
-    for handler in handlers:
-        if not any(isinstance(f, RedactLogs) for f in handler.filters):
-            handler.addFilter(RedactLogs())
+    targets = [logging.getLogger("absl"), absl_logging.get_absl_handler(),
+               *logging.getLogger().handlers, logging.lastResort]
+    for target in targets:
+        if target is not None and not any(isinstance(f, RedactLogs) for f in target.filters):
+            target.addFilter(RedactLogs())
+
+
+def last_line(text: str) -> None:
+    """`text` to stderr, credentials masked, in one write and flushed: a process's error
+    or last line. One write, as print() writes the text and its newline apart and two
+    ranks leaving at once under mpirun then merge their lines into one."""
+    shown = redact(text)
+    sys.stderr.write(shown if shown.endswith("\n") else shown + "\n")
+    sys.stderr.flush()
 
 
 def use_plain_lines(environ=None) -> None:

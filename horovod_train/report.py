@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from horovod_train import metrics
+from horovod_train import console, metrics
 from horovod_train.errors import UsageError, usage_error
 from horovod_train.observe import baseline
 from horovod_train.observe.observer import BREAKDOWN_PARTS, RENAMED_PARTS, traced
@@ -199,7 +199,7 @@ def main(argv=None, prog: str = PROG) -> int:
         args = parse_args(argv, prog)
         runs = [load_run(p) for p in args.run_dirs]
     except UsageError as err:
-        print(usage.error_line(prog, err), file=sys.stderr)
+        console.last_line(usage.error_line(prog, err))
         return 2
     except SystemExit as done:  # --help
         return int(done.code or 0)
@@ -212,4 +212,5 @@ def main(argv=None, prog: str = PROG) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from horovod_train import commands
+    commands.standalone(main)

@@ -18,8 +18,9 @@ class LaunchError(ValueError):
 
 def _show(value) -> str:
     # repr() escapes newlines and control characters, so a hostile value can never
-    # break the single-line message or inject terminal escapes.
-    text = repr(value)
+    # break the single-line message or inject terminal escapes. Masked before the cut:
+    # a URL cut before its '@' is no URL any more, and its secret's first part would show.
+    text = redact(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -122,7 +122,7 @@ def main(argv=None, prog: str = PROG) -> int:
             tf.config.list_physical_devices("GPU")
         _convert(args) if args.command == "convert" else _verify(args)
     except UsageError as err:
-        print(usage.error_line(prog, err), file=sys.stderr)
+        console.last_line(usage.error_line(prog, err))
         return 2
     except SystemExit as done:  # --help
         return int(done.code or 0)
@@ -130,4 +130,5 @@ def main(argv=None, prog: str = PROG) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from horovod_train import commands
+    commands.standalone(main)

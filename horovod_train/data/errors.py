@@ -8,6 +8,8 @@ and the caller may be handling an error from a process that never loaded TF.
 """
 import re
 
+from launch.redact import redact  # stdlib only
+
 # Bytes TF cannot read (bad checksum, short file); a damaged checkpoint raises it too,
 # so it counts as data only from the input pipeline or with a record-reader message.
 _LOSS = "DataLossError"
@@ -39,6 +41,7 @@ def short_message(text: str, match: str | None = None) -> str:
     line = re.sub(r"\s*\[\[.*?\]\]", "", line)
     line = re.sub(r"\s*\[Op:[^\]]*\].*", "", line).strip()
     line = re.sub(r"^\w+Error: (?=LMDB environment)", "", line)  # py_function's prefix
+    line = redact(line)  # before the cut: a URL cut before its '@' is no URL any more
     return line if len(line) <= _MAX_SHORT else line[:_MAX_SHORT - 3] + "..."
 
 

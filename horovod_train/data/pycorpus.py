@@ -34,6 +34,7 @@ import sysconfig
 
 import numpy as np
 
+from horovod_train import console
 from horovod_train.data import schema as schema_lib
 from horovod_train.data import writers
 from horovod_train.errors import UsageError, usage_error
@@ -267,11 +268,12 @@ def main(argv=None) -> int:
         out = args.output_dir or default_dir(args.seq_len, corpus)
         info = ensure(out, args.seq_len, corpus, progress=True)
     except UsageError as err:
-        print(f"pycorpus: error: {err}", file=sys.stderr)
+        console.last_line(f"pycorpus: error: {err}")
         return 2
     print(redact(_describe(info, out)))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from horovod_train import commands
+    commands.standalone(main)

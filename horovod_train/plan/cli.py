@@ -12,6 +12,7 @@ import math
 import sys
 
 from horovod_train.config import DEFAULT_BUCKET_MB  # TF-free: the trainer's one constant
+from horovod_train import console
 from horovod_train.plan import hardware
 from horovod_train.plan.calibrate import calibrate
 from horovod_train.plan.cost import (HOROVOD_CYCLE_MS, HOROVOD_FUSION_MB, OPTIMIZER_SLOTS,
@@ -276,7 +277,7 @@ def main(argv: list[str], prog: str = PROG) -> int:
     try:
         return run(normalize_flag_names(list(argv)), prog=prog)
     except PlanError as err:            # bad input: one line, no traceback
-        print(usage.error_line(prog, err), file=sys.stderr)
+        console.last_line(usage.error_line(prog, err))
         return 2
     except SystemExit as done:          # --help
         return int(done.code or 0)

@@ -9,6 +9,8 @@ and every sink of a finished run (the config line, the checkpoint lines, the sum
 metrics.jsonl) sees the credential."""
 import sys
 
+import numpy as np
+
 import pytest
 
 from helpers import run_cli
@@ -52,3 +54,49 @@ def test_a_finished_run_writes_and_prints_no_credential(tmp_path):
     names = {p.name for p in _nothing_shown(proc, run_dir)}
     assert {"summary.json", "metrics.jsonl"} <= names
     assert '"checkpoint_dir": "ram://***@bucket/ck"' in (run_dir / "summary.json").read_text()
+
+
+def test_a_launch_error_cuts_the_argv_after_masking_it(tmp_path):
+    """The reviewer's case: tf-config's message showed the argv's repr cut at 77
+    characters, inside the password, so the URL was no longer one and its first part
+    leaked. Stdlib only (about 1 s)."""
+    hostfile = tmp_path / "hf"
+    hostfile.write_text("localhost slots=2\n")
+    url = "s3://AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY@bucket/digits"
+    proc = run_cli([sys.executable, "-m", "launch", "tf-config", "--hostfile", str(hostfile),
+                    "--index", "0", "--", "python", "-m", "horovod_train", f"--data_dir={url}"],
+                   timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "wJalr" not in proc.stdout + proc.stderr and "AKIA" not in proc.stderr, proc.stderr
+    assert "tf-config: received" in proc.stderr and "s3://***@" in proc.stderr, proc.stderr
+
+
+def _corrupt_record(path, index: int, records: int) -> None:
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.seek(size // records * index + 20)
+        byte = handle.read(1)
+        handle.seek(-1, 1)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_data_verify_skipping_names_the_file_without_its_credentials(tmp_path):
+    """`data verify --skip_corrupt` logs the damaged file's path through absl before any
+    handler is set up. A local directory whose path holds `gs://u:SECRET@b/x` (the OS
+    reads `//` as `/`) is a readable TFRecord set named by a credential URL, with no
+    object store: convert there, damage a record, verify (about 10 s each)."""
+    data = f"{tmp_path}/gs://u:{SECRET}@b/x"
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x_train=rng.random((32, 4, 4, 1), np.float32),
+             y_train=rng.integers(0, 10, 32), x_test=rng.random((8, 4, 4, 1), np.float32),
+             y_test=rng.integers(0, 10, 8))
+    data_cli = [sys.executable, "-m", "horovod_train.data"]
+    proc = run_cli(data_cli + ["convert", "--input", str(tmp_path / "d.npz"), "--output_dir",
+                               data, "--num_shards=1", "--no_progress"], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _corrupt_record(tmp_path / f"gs:/u:{SECRET}@b/x/train-00000-of-00001.tfrecord", 3, 32)
+    proc = run_cli(data_cli + ["verify", f"--data_dir={data}", "--skip_corrupt"], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "--skip_corrupt: " in proc.stderr and "gs://***@b/x/train-" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert SECRET not in proc.stdout + proc.stderr, proc.stderr[-3000:]

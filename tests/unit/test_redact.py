@@ -118,13 +118,15 @@ def test_logging_filter_redacts_message_args_and_traceback():
 
 @pytest.fixture
 def handlers_restored():
-    """The process's logging handlers as they were: other tests count their filters."""
+    """The process's logging filters as they were: other tests count their filters."""
     from absl import logging as absl_logging
-    handlers = [absl_logging.get_absl_handler(), *logging.getLogger().handlers]
-    saved = [list(h.filters) for h in handlers]
+    targets = [logging.getLogger("absl"), absl_logging.get_absl_handler(),
+               *logging.getLogger().handlers]
+    targets += [logging.lastResort] if logging.lastResort is not None else []
+    saved = [list(t.filters) for t in targets]
     yield absl_logging.get_absl_handler()
-    for handler, filters in zip(handlers, saved):
-        handler.filters[:] = filters
+    for target, filters in zip(targets, saved):
+        target.filters[:] = filters
 
 
 def test_redact_logs_is_installed_once_on_absl_and_root(handlers_restored):
