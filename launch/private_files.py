@@ -195,8 +195,8 @@ def shared_dir_warning(path: str) -> str | None:
         found = os.stat(path)
     except OSError:
         return None
-    why = ("another user can plant a symlink where a file of this run will be written, or "
-           "swap its directories (its writes to such names are refused or go elsewhere)")
+    why = ("another user can plant a symlink at a name this run writes, or rename its "
+           "files and directories away")
     fix = f"Fix: pass a --run_dir only you can write (mkdir -m 700 DIR, or chmod go-w {path})"
     if found.st_uid != os.geteuid():
         return f"{path!r}: received {describe(found)}; expected a directory of yours: {why}. {fix}"
