@@ -5,8 +5,6 @@ py-spy output kept only when the process is still the rank after py-spy returns.
 Another user is `nobody`, for real (runuser), as in test_stacks.py."""
 import json
 import os
-import signal
-import stat
 import subprocess
 import sys
 import time
