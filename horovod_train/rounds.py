@@ -11,7 +11,9 @@ until all are. No rank waits in a collective longer than a round (plus the op in
 when the round ends), each round is a sign of life (on_round: the watchdog's beat and
 the progress line), and a rank that dies mid-phase still stops the rounds, so its peers'
 watchdogs fire within their bound. Every rank runs the same rounds, whether it has work
-or not (work=None), so the collectives line up.
+or not (work=None), so the collectives line up. The rounds keep a phase alive, so they
+cannot bound it: a checkpoint write's on_round does (write_bound.py), from the count of
+rounds, which every rank agrees on.
 """
 import threading
 import time
