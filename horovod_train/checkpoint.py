@@ -182,32 +182,40 @@ def load_latest(directory: str, config, variables, facts: dict | None = None):
             if why:
                 raise ValueError(why)
             meta = read_meta(path)
+        except (OSError, ValueError) as err:
+            logging.warning("checkpoint | %s is unreadable (%s); trying the previous one", path, err)
+            continue
+        # The record first: a refusal never waits on reading the state (GBs). Only the
+        # chief reads the directory, so it is the one to name a field an older version lacks.
+        checkpoint_meta.check(meta, path, chief=True)  # out of range: refused, not skipped
+        _check_compatible(path, meta, config, len(names), facts)
+        # Format 1 (by position, before the names) has its count and shapes alone.
+        if not is_positional(meta):
+            check_names(path, meta["names"], names)
+        try:
             with fs.reading(os.path.join(path, commit.STATE)) as f, np.load(f) as data:
                 arrays = [data[key] for key in stored_keys(meta)]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
             logging.warning("checkpoint | %s is unreadable (%s); trying the previous one", path, err)
             continue
-        checkpoint_meta.check(meta, path)  # values out of range: refused, not skipped
-        _check_compatible(path, meta, config, len(names), facts)
-        # Format 1 (by position, before the names) has its count and shapes alone.
-        if not is_positional(meta):
-            check_names(path, meta["names"], names)
         check_shapes(path, arrays, variables)
         return step, arrays
     return None
 
 
-def recorded_position(path: str) -> tuple[int, int] | None:
-    """(epoch, examples into it) as the checkpoint at `path` recorded it; None for older
+def recorded_position(path: str) -> tuple[int, int, int, bool] | None:
+    """(epoch, examples into it, the writer's global batch or 0, whether any launch
+    changed the global batch) as the checkpoint at `path` recorded them; None for older
     checkpoints, whose step says where at the world size that wrote them."""
     try:
-        position = read_meta(path).get("position")
+        meta = read_meta(path)
     except (OSError, ValueError):  # read a moment ago; unreadable now: as if unrecorded
         return None
-    keys = ("epoch", "epoch_examples")
+    position, keys = meta.get("position"), ("epoch", "epoch_examples")
     if isinstance(position, dict) and all(type(position.get(k)) is int and position[k] >= 0
                                           for k in keys):
-        return tuple(position[k] for k in keys)
+        return (*(position[k] for k in keys), checkpoint_meta.global_batch(meta) or 0,
+                meta.get("global_batch_changed") is True)
     return None
 
 
@@ -263,6 +271,10 @@ class Checkpointer:
         self.schedule = schedule
         self.change = change  # resume.Resumption.change: what this launch changed, if anything
         self.resumed = None  # after a restore: where from, for the summary
+        # After a restore, as its record says (every rank): the writer's global batch (0:
+        # not recorded), and whether any launch of this run changed the global batch (the
+        # record's flag, or this launch against it), recorded in every checkpoint from then on.
+        self.written_global_batch, self.global_batch_changed = 0, False
         self._lock = None
 
     def _agree(self, values: list[float]) -> list[float]:
@@ -284,10 +296,14 @@ class Checkpointer:
         if not self.directory:
             return 0, None
         found, error, verdict = self._load_on_chief() if self.backend.info.is_chief \
-            else (None, None, [0, _FINE, 0, 0])
-        step, kind, epoch, examples = (int(v) for v in self._agree(verdict))
+            else (None, None, [0, _FINE, 0, 0, 0, 0])
+        step, kind, epoch, examples, batch, changed = (int(v) for v in self._agree(verdict))
         if kind != _FINE:
             raise error or self._refusal(kind)
+        now = self.facts["world_size"] * self.config.data.batch_size * \
+            self.config.speed.grad_accum_steps
+        self.written_global_batch = batch
+        self.global_batch_changed = bool(changed) or bool(step and batch and batch != now)
         if step:
             if found:
                 for variable, value in zip(self.variables, found[1]):
@@ -310,11 +326,12 @@ class Checkpointer:
             self._hold_lock()
             found = load_latest(self.directory, self.config, self.variables, self.facts)
         except UsageError as err:
-            return None, err, [0, _FOREIGN if isinstance(err, ForeignWriter) else _REFUSED, 0, 0]
+            kind = _FOREIGN if isinstance(err, ForeignWriter) else _REFUSED
+            return None, err, [0, kind, 0, 0, 0, 0]
         if not found:
-            return None, None, [0, _FINE, -1, 0]
-        epoch, examples = recorded_position(self._path(found[0])) or (-1, 0)  # -1: none
-        return found, None, [found[0], _FINE, epoch, examples]
+            return None, None, [0, _FINE, -1, 0, 0, 0]
+        recorded = recorded_position(self._path(found[0])) or (-1, 0, 0, False)  # -1: none
+        return found, None, [found[0], _FINE, *recorded[:3], int(recorded[3])]
 
     def _path(self, step: int) -> str:
         return os.path.join(self.directory, commit.name(step))
@@ -332,6 +349,7 @@ class Checkpointer:
         if not self.directory or not (last or (self.every and step % self.every == 0)):
             return
         record = {"lr_schedule": self.schedule} if self.schedule else {}
+        record["global_batch_changed"] = self.global_batch_changed
         if position is not None:
             epoch, examples, layouts = position
             record["position"] = {"epoch": int(epoch), "epoch_examples": int(examples),

@@ -64,12 +64,13 @@ def _global_batch_diff(stored: dict, config, world_size) -> list[str]:
     return [f"global batch: checkpoint {written.global_batch}, now {now}"]
 
 
-def written_by(meta: dict, config) -> "resume.Written | None":
+def written_by(meta: dict, config, chief: bool = True) -> "resume.Written | None":
     """What a checkpoint's meta.json records of the run that wrote it, for resume.plan;
     None when it recorded no world size (too old to resume on another one). A meta
     without a learning-rate record (older) used the rule of a fresh start. Every value
-    read is checked first (checkpoint_meta: a UsageError names one out of range)."""
-    checkpoint_meta.check(meta, _newest_path(meta, config))
+    read is checked first (checkpoint_meta: a UsageError names one out of range; a field
+    an older version lacks is named by the `chief` only, not once per rank)."""
+    checkpoint_meta.check(meta, _newest_path(meta, config), chief)
     return _written(meta, config)
 
 

@@ -59,9 +59,7 @@ class EpochGrid:
         return min(last, self.max_steps) if self.max_steps else last
 
     def ended(self, epoch_examples: int) -> bool:
-        """Whether an epoch this far in is over: fewer than a global batch of its
-        examples are left (drop remainder; an epoch resumed in its rest ends alike)."""
-        return self.num_examples - epoch_examples < self.examples_per_step
+        return epoch_ended(self.num_examples, epoch_examples, self.examples_per_step)
 
     def place(self, epoch: int, epoch_examples: int, layouts: tuple = (),
               exact_rest: bool = False) -> Placement:
@@ -84,6 +82,13 @@ class EpochGrid:
     def resized(self, world_size: int) -> "EpochGrid":
         return epoch_grid(self.num_examples, self.step_batch, world_size, self.epochs,
                           self.max_steps)
+
+
+def epoch_ended(num_examples: int, epoch_examples: int, global_batch: int) -> bool:
+    """Whether an epoch this far in is over: fewer than a global batch of its examples
+    are left (drop remainder; an epoch resumed in its rest ends alike). The one rule: the
+    loop ends its epochs by it, and a restore refuses a recorded position it calls over."""
+    return num_examples - epoch_examples < global_batch
 
 
 def epoch_grid(num_examples: int, step_batch: int, world_size: int, epochs: int,

@@ -108,18 +108,20 @@ class CheckpointKeeper:
         step, recorded = self.checkpointer.restore()
         if recorded is not None:  # (epoch, examples): any world size continues from it
             layouts = self.recorded[1] if step == self.recorded[0] else ()
-            self._check_epoch_end(step, recorded[1], layouts)
+            ckpt = self.checkpointer
+            self._check_position(checkpoint_meta.Recorded(
+                step, *recorded, ckpt.written_global_batch, ckpt.global_batch_changed, layouts))
             return Position(step, *recorded, layouts=layouts)
         epoch, in_epoch = divmod(step, self.grid.per_epoch)  # older: the same grid wrote it
         return Position(step, epoch, in_epoch * self.grid.examples_per_step)
 
-    def _check_epoch_end(self, step: int, examples: int, layouts: tuple):
-        """A recorded position leaves a global batch of its epoch (the last layout's, the
-        writer's) to train: checked here, where the data's size is known (every rank, on
-        the chief's agreed position)."""
-        last = layouts[-1].world_size * layouts[-1].step_batch if layouts else 1
-        path = os.path.join(self.checkpointer.directory, checkpoint_commit.name(step))
-        checkpoint_meta.check_epoch_end(path, examples, self.grid.num_examples, last)
+    def _check_position(self, recorded):
+        """A recorded position is one its writer could have reached (not past its
+        epoch's end; the step's own epoch where the global batch never changed): checked
+        here, where the data's size is known (every rank, on the chief's agreed record)."""
+        path = os.path.join(self.checkpointer.directory, checkpoint_commit.name(recorded.step))
+        checkpoint_meta.check_against_data(path, recorded, self.grid.num_examples,
+                                           self.checkpointer.backend.info.is_chief)
 
     def after_step(self, position: Position, last: bool):
         grid = self.grid

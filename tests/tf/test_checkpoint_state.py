@@ -1,6 +1,7 @@
 """What a checkpoint carries: a resumed model draws the dropout masks the uninterrupted
 one would have drawn (the seed generator state is part of the saved state), and each
 variable is stored under its Keras path, so a model whose layers moved is refused."""
+import dataclasses
 import json
 import re
 
@@ -144,6 +145,32 @@ def test_keras_paths_and_the_loss_scale_names_round_trip(tmp_path):
         np.testing.assert_array_equal(variable.numpy(), value.numpy())
 
 
+def _keeper_after_edit(directory, edit):
+    """A checkpoint of 37 steps of 32 (1 rank) into an epoch of 1240 examples, its meta.json
+    edited by `edit`, and the keeper a relaunch restores it with (the data's size known)."""
+    from horovod_train.data.layouts import from_record
+    from horovod_train.grid import epoch_grid
+    from horovod_train.trainer_types import CheckpointKeeper
+
+    ckpt, _ = _classifier(10, directory=str(directory))
+    ckpt.maybe_save(37, position=(0, 1184, [[1, 32, 1184]]))
+    ckpt.close()
+    path = directory / "ckpt-000000037"
+    recommit(path, edit)
+    with open(path / "meta.json") as f:
+        position = json.load(f)["position"]
+    again, _ = _classifier(10, directory=str(directory))
+    recorded = (37, from_record(position, Layout(1, 32, 0)))  # as loop.py reads them
+    return CheckpointKeeper(again, epoch_grid(1240, 32, 1, 3), recorded)
+
+
+def _restored(keeper):
+    try:
+        return keeper.restore()
+    finally:
+        keeper.close()
+
+
 @pytest.mark.parametrize("examples, refused", [(1184, False), (1216, True), (1248, True),
                                                (64_000, True)])
 def test_a_position_past_its_epochs_end_is_refused_at_restore(tmp_path, examples, refused):
@@ -152,24 +179,59 @@ def test_a_position_past_its_epochs_end_is_refused_at_restore(tmp_path, examples
     less than a global batch is left, so with 1240 examples and a global batch of 32 the
     last position it records is 1184 (1216 + 32 > 1240): the data's size, known at
     restore, bounds it."""
-    from horovod_train.grid import epoch_grid
-    from horovod_train.trainer_types import CheckpointKeeper
-
-    ckpt, _ = _classifier(10, directory=str(tmp_path))
-    ckpt.maybe_save(30, position=(0, 960, [[1, 32, 960]]))  # 30 steps of 32
-    ckpt.close()
-    recommit(tmp_path / "ckpt-000000030", lambda meta: meta["position"].update(
+    keeper = _keeper_after_edit(tmp_path, lambda meta: meta["position"].update(
         epoch_examples=examples, layouts=[[1, 32, examples]]))
-    again, _ = _classifier(10, directory=str(tmp_path))
-    recorded = (30, (Layout(1, 32, examples),))  # as loop.py reads them from the meta
-    keeper = CheckpointKeeper(again, epoch_grid(1240, 32, 1, 3), recorded)
-    try:
-        if not refused:
-            assert keeper.restore().epoch_examples == examples
-            return
-        with pytest.raises(UsageError) as err:
-            keeper.restore()
-    finally:
-        keeper.close()
+    if not refused:
+        assert _restored(keeper).epoch_examples == examples
+        return
+    with pytest.raises(UsageError) as err:
+        _restored(keeper)
     assert re.search(rf"field position\.epoch_examples: received {examples}; expected at "
-                     r"most 1208 .*Fix: move \S+ckpt-000000030 aside", str(err.value))
+                     r"most 1208 .*Fix: move \S+ckpt-000000037 aside", str(err.value))
+
+
+@pytest.mark.parametrize("field, position, expected", [
+    ("position.epoch", {"epoch": 1}, 0),
+    ("position.epoch_examples", {"epoch_examples": 0, "layouts": []}, 1184),
+    ("position.epoch_examples", {"epoch_examples": 32, "layouts": [[1, 32, 32]]}, 1184),
+])
+def test_a_position_in_range_but_not_the_steps_is_refused_at_restore(tmp_path, field, position,
+                                                                     expected):
+    """issue 55, item 2 (review): an epoch in its range yet not the writer's passed every
+    check, and the relaunch trained another run (fewer steps, or none: "already complete
+    at step 30 of -20", exit 0). Step 37 at 38 steps of 32 per epoch of 1240 examples is
+    epoch 0, 1184 examples in; the global batch never changed, so nothing else is."""
+    keeper = _keeper_after_edit(tmp_path, lambda meta: meta["position"].update(position))
+    with pytest.raises(UsageError) as err:
+        _restored(keeper)
+    received = next(iter(position.values()))
+    assert re.search(rf"field {re.escape(field)}: received {received}; expected {expected} "
+                     r"\(at step 37, 38 steps per epoch of 1240 examples in global batches of "
+                     r"32: epoch 0, 1184 examples in\)\. Fix: move \S+ckpt-000000037 aside",
+                     str(err.value)), str(err.value)
+
+
+def test_after_a_global_batch_change_the_position_is_trusted(tmp_path):
+    """--allow_global_batch_change: earlier steps were of another global batch, so the
+    step does not tell the epoch; the record (flagged by its writer) is trusted."""
+    def edit(meta):
+        meta["position"]["epoch"] = 1
+        meta["global_batch_changed"] = True
+    assert _restored(_keeper_after_edit(tmp_path, edit)).epoch == 1
+
+
+def test_a_relaunch_that_changes_the_global_batch_flags_its_checkpoints(tmp_path):
+    """The flag is written by the launch that changed the global batch, and kept."""
+    ckpt, _ = _classifier(10, directory=str(tmp_path))
+    ckpt.maybe_save(37, position=(0, 1184, [[1, 32, 1184]]))
+    ckpt.close()
+    recommit(tmp_path / "ckpt-000000037", lambda meta: meta["fingerprint"].update(
+        {"data.batch_size": 16}) or meta["position"].update(layouts=[[1, 16, 1184]]))
+    again, _ = _classifier(10, directory=str(tmp_path))
+    again.config = dataclasses.replace(again.config, train=dataclasses.replace(
+        again.config.train, allow_global_batch_change=True))
+    again.restore()
+    again.maybe_save(38, position=(1, 0, []))
+    again.close()
+    with open(tmp_path / "ckpt-000000038" / "meta.json") as f:
+        assert json.load(f)["global_batch_changed"] is True
