@@ -16,6 +16,7 @@ import time
 from horovod_train import env as env_lib
 from horovod_train.errors import UsageError
 from launch import contract, ports
+from launch.redact import redact
 from launch.tfconfig import address_key, find_duplicate
 
 _EXAMPLE = ('{"cluster": {"worker": ["host1:23456", "host2:23456"]}, '
@@ -33,7 +34,7 @@ def validate(raw: str) -> dict:
     try:
         config = json.loads(raw)
     except ValueError as err:
-        raise _bad("(JSON)", raw[:80], f"valid JSON ({err})") from None
+        raise _bad("(JSON)", redact(raw)[:80], f"valid JSON ({err})") from None
     if not isinstance(config, dict):
         raise _bad("(top level)", config, "a JSON object")
     cluster = config.get("cluster")

@@ -16,6 +16,7 @@ import tensorflow_datasets as tfds
 
 from horovod_train.data import decode, pipeline, sharding
 from horovod_train.errors import usage_error
+from launch.redact import redact
 
 CYCLE_LENGTH = 16  # fixed (not AUTOTUNE) so the interleave order, hence a seed's order, is fixed
 PREPARE_FIX = ("prepare it where there is network access (tfds.builder(NAME).download_and_"
@@ -140,7 +141,7 @@ def _builder(name: str, data_dir: str | None):
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as err:  # TFDS raises several types for an unknown or broken name
         raise usage_error("--tfds_name", name, "a TFDS dataset prepared in --data_dir",
-                          f"check the name ({type(err).__name__}: {str(err)[:160]}); "
+                          f"check the name ({type(err).__name__}: {redact(str(err))[:160]}); "
                           + PREPARE_FIX) from None
     if not builder.is_prepared():
         raise usage_error("--tfds_name", f"{name} (not prepared in {data_dir})",
