@@ -24,6 +24,10 @@ JOB_KEYS = ("PMIX_NAMESPACE", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_REND
             contract.SLURM_JOB_ID, contract.SLURM_STEP_ID)
 RANK_KEYS = (contract.HOROVOD_RANK, contract.OMPI_RANK, contract.PMIX_RANK,
              contract.PMI_RANK, contract.SLURM_PROCID)
+# The job's size and this host's share of it, where a launcher says both.
+SIZE_KEYS = ((contract.HOROVOD_SIZE, contract.HOROVOD_LOCAL_SIZE),
+             (contract.OMPI_SIZE, contract.OMPI_LOCAL_SIZE),
+             (contract.PMI_SIZE, contract.MPI_LOCALNRANKS))
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,17 @@ def find(proc: str = "/proc") -> tuple[Peer, ...]:
 def ended(peers, proc: str = "/proc") -> list[Peer]:
     """The peers that have ended since they were found (gone, a zombie, or a reused pid)."""
     return [peer for peer in peers if start_time(peer.pid, proc) != peer.started]
+
+
+def gone_ranks(proc: str = "/proc") -> list[int] | None:
+    """The ranks of this job no longer running, when every rank ran on this host (the
+    launcher's local size is its size); None when some ran elsewhere, where they cannot
+    be seen, or when the launcher does not say."""
+    mine = environ_of("self", proc) or {}
+    own = rank_of(mine)
+    for size_key, local_key in SIZE_KEYS:
+        size, local = mine.get(size_key, ""), mine.get(local_key, "")
+        if size.isdigit() and size == local and own is not None:
+            running = {peer.rank for peer in find(proc)} | {own}
+            return sorted(set(range(int(size))) - running)
+    return None

@@ -16,7 +16,8 @@ from launch import outcome
 from launch.outcome import Failure
 
 GLOO_KILLED = "Process 1 exit with status code 137."
-MPIRUN_KILLED = "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."
+MPIRUN_KILLED = ("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 "
+                 "(Killed).")
 
 
 @pytest.mark.parametrize("line, failure", [

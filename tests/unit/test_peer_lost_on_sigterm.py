@@ -13,6 +13,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from helpers import ROOT, child_env
 
 # Once every rank runs (a line on stdin: training starts after all ranks joined), installs
@@ -93,3 +95,53 @@ def test_sigterm_with_every_peer_alive_is_a_stop_vote_not_a_loss():
             proc.kill() if proc.poll() is None else None
     assert code == 143, err
     assert "no step boundary reached within 1 s" in err and "a peer was lost" not in err, err
+
+
+# After a peer's connection dropped (horovodrun --gloo: the survivor's collective fails
+# before any SIGTERM), the rank can still name which rank of its host is gone.
+GONE = """
+import os, sys
+from horovod_train import local_peers
+sys.stdin.readline()
+print("ready", flush=True)
+sys.stdin.readline()
+print(local_peers.gone_ranks(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _gloo_ranks(size: int, local_size: int) -> list[subprocess.Popen]:
+    port = uuid.uuid4().int % 20000 + 30000  # a job identity only: nothing listens
+    procs = [subprocess.Popen([sys.executable, "-c", GONE], cwd=ROOT, text=True,
+                              env=child_env(HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1",
+                                            HOROVOD_GLOO_RENDEZVOUS_PORT=port, PMIX_RANK=rank,
+                                            HOROVOD_SIZE=size, HOROVOD_LOCAL_SIZE=local_size),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+             for rank in range(size)]
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    return procs
+
+
+def _ask_gone(proc) -> str:
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()
+
+
+@pytest.mark.parametrize("local_size, answer", [(3, "[1]"), (2, "None")],
+                         ids=["every-rank-on-this-host", "some-ranks-elsewhere"])
+def test_the_ranks_gone_from_this_host_are_named_only_when_all_ran_here(local_size, answer):
+    procs = _gloo_ranks(3, local_size)
+    try:
+        procs[1].kill()
+        procs[1].wait()
+        assert _ask_gone(procs[0]) == answer
+        assert _ask_gone(procs[2]) == answer
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
