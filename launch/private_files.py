@@ -186,6 +186,19 @@ def _refuse_file(path: str, found: str):
                   f"can write")
 
 
+def own_dir(path: str) -> None:
+    """Makes `path` (with the umask's mode) unless it is there, then raises Refused (one
+    line) unless it is a directory of ours, not a link: for the directories that another
+    program fills by names it opens itself (TensorFlow's events and profiles, py-spy's
+    output), where a link or another user's directory in its place would take our files."""
+    if not os.path.lexists(path):
+        os.makedirs(path, exist_ok=True)
+    found = os.lstat(path)
+    if not is_ours(found, stat.S_ISDIR):
+        raise Refused(f"{path!r}: received {describe(found)}; expected a directory of yours. "
+                      f"Fix: remove it (rm {path}), or pass a --run_dir that only you can write")
+
+
 def shared_dir_warning(path: str) -> str | None:
     """One line when `path` (a run dir) is a directory another user owns, or one its
     group or others can write without the sticky bit: there another user can plant a

@@ -8,7 +8,6 @@ write nothing without the loop ever asking which rank it is.
 import contextlib
 import json
 import os
-import stat
 import time
 
 from absl import logging
@@ -18,7 +17,7 @@ from horovod_train.errors import UsageError, write_error
 from horovod_train.observe import baseline, profiler, progress
 from horovod_train.observe.straggler import StragglerWatch, wait_scalars, wait_tags
 from horovod_train.observe.writer import BackgroundWriter
-from launch.private_files import Refused, describe, is_ours, open_append, shared_dir_warning
+from launch.private_files import Refused, open_append, own_dir, shared_dir_warning
 from launch.redact import redact_tree
 
 METRICS_FILE = "metrics.jsonl"
@@ -83,18 +82,14 @@ def _open_records(path: str):
 
 
 def _tensorboard_dir(path: str) -> bool:
-    """Whether RUN/tb is (or is now made) a directory of ours. TensorFlow creates its
-    events file there by a name it opens itself, through a link or not: a link or
-    another user's directory in its place would take our events; said in one line."""
-    if not os.path.lexists(path):
-        os.makedirs(path, exist_ok=True)
-    found = os.lstat(path)
-    if is_ours(found, stat.S_ISDIR):
-        return True
-    logging.warning("records | %r: received %s; expected a directory of yours. Fix: remove "
-                    "it (rm %s), or pass a --run_dir that only you can write; this run goes "
-                    "on without TensorBoard", path, describe(found), path)
-    return False
+    """Whether RUN/tb is (or is now made) a directory of ours: TensorFlow opens its events
+    file there by a name of its own (private_files.own_dir); otherwise said in one line."""
+    try:
+        own_dir(path)
+    except Refused as err:
+        logging.warning("records | %s; this run goes on without TensorBoard", err)
+        return False
+    return True
 
 
 def traced(record: dict, index: int) -> bool:

@@ -5,11 +5,14 @@ the figure (what the tests inspect). The labelling rules live here and bench/plo
 uses them too: text of at least 9 pt, legends outside the axes (never on the data),
 "1 rank" / "2 ranks", efficiency in percent, every scaling point labelled.
 """
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
+from horovod_train import fs  # noqa: E402
 from horovod_train.observe.observer import traced  # noqa: E402
 
 COLORS = {"data": "tab:orange", "compute": "tab:blue", "comm": "tab:red",
@@ -47,9 +50,13 @@ def legend_outside(ax, **kwargs):
 
 
 def save(fig, path: str, dpi: int = 100) -> str:
+    """Renders in memory, then writes aside and renames (fs.write_atomic): a link planted
+    at `path` is replaced, never written through, and no reader sees half a PNG."""
+    buffer = io.BytesIO()
     # "tight" keeps the legends placed outside the axes inside the image.
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
+    fs.write_atomic(path, buffer.getvalue())
     return path
 
 

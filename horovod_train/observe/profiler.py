@@ -21,6 +21,7 @@ import sys
 from absl import logging
 
 from horovod_train.errors import usage_error
+from launch.private_files import Refused, own_dir
 
 PROFILERS = ("auto", "py-spy", "tf")
 PY_SPY_RATE = 100  # samples a second: py-spy's default, a few percent of one core
@@ -142,7 +143,14 @@ def for_rank(observe_config, rank: int, is_chief: bool):
     if window is None or rank not in parse_ranks(observe_config.profile_ranks):
         return None
     root = os.path.join(observe_config.run_dir, "profile")
-    tf_window = TfWindow(window, root if is_chief else os.path.join(root, f"rank{rank}"))
+    logdir = root if is_chief else os.path.join(root, f"rank{rank}")
+    try:  # TensorFlow and py-spy open their files there by names of their own
+        for directory in {root, logdir}:
+            own_dir(directory)
+    except Refused as err:
+        logging.warning("profile | %s; no profile this run", err)
+        return None
+    tf_window = TfWindow(window, logdir)
     executable = py_spy() if observe_config.profiler != "tf" else None
     if executable is None:
         if observe_config.profiler == "py-spy":
