@@ -14,8 +14,9 @@ import numpy as np
 from absl import logging
 
 import models
-from horovod_train import backends, checkpoint, console, env, metrics, observe, precision, runtime
-from horovod_train import resume, rounds, schedules, stacks, startup, watchdog, write_bound
+from horovod_train import backends, checkpoint, console, env, filemode, metrics, observe, precision
+from horovod_train import resume, rounds, runtime, schedules, stacks, startup, watchdog
+from horovod_train import write_bound
 from horovod_train.checkpoint_fingerprint import written_by
 from horovod_train import data as data_lib
 from horovod_train.config import resolve_jit_compile
@@ -24,6 +25,7 @@ from horovod_train.errors import UsageError
 from horovod_train.grid import EpochGrid, epoch_grid, step_batch
 from horovod_train.trainer import Trainer
 from horovod_train.trainer_types import CheckpointKeeper, RunRecord, TrainerOptions
+from launch import private_files
 
 
 def _plan_grid(config, num_examples: int, world_size: int) -> EpochGrid:
@@ -220,9 +222,15 @@ def _timeline_path(config, launch) -> str | None:
     directory first."""
     if not config.observe.horovod_timeline:
         return None
+    path = os.path.join(config.observe.run_dir, "timeline.json")
     if launch.rank == 0:
         os.makedirs(config.observe.run_dir, exist_ok=True)
-    return os.path.join(config.observe.run_dir, "timeline.json")
+        try:  # Horovod's C++ opens it by name: made here first, a file of ours, not a link
+            os.close(private_files.open_append(path, filemode.new_file_mode()))
+        except private_files.Refused as err:
+            logging.warning("timeline | %s; this run goes on without a timeline", err)
+            return None  # only the coordinator (rank 0) writes one
+    return path
 
 
 def _setup(config, launch):

@@ -17,12 +17,12 @@ C++ collective that does not return to Python to handle a signal.
 import contextlib
 import os
 import re
-import sys
 import threading
 import time
 
 from absl import logging
 
+from horovod_train import console
 from horovod_train.stacks import Whereabouts
 from launch.redact import redact
 
@@ -160,7 +160,7 @@ def exit_to_resume(message: str, label: str, settle_s: float = 0.0, then=None):
     at once prints its own line before a launcher ends the job for the first one gone."""
     logging.error("%s | %s", label, message)
     # Not through logging's filter: a --checkpoint_dir URL's credentials masked here.
-    print(f"horovod_train: stopped: {redact(message)}", file=sys.stderr, flush=True)
+    console.last_line(f"horovod_train: stopped: {message}")
     if then is not None:
         then(message)
     time.sleep(settle_s)
@@ -198,7 +198,7 @@ def describe_peer_loss(err: BaseException, own_rank: int | None = None) -> str |
     detail = lines[0] if lines else kind
     tasks = _task_names(text, own_rank)
     lost = f" (lost: {', '.join(tasks)})" if tasks else ""
-    return (f"a peer rank was lost{lost}: {kind}: {detail[:300]}. Relaunch with the same "
+    return (f"a peer rank was lost{lost}: {kind}: {redact(detail)[:300]}. Relaunch with the same "
             f"flags to resume from the newest checkpoint in --checkpoint_dir")
 
 
