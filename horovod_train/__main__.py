@@ -155,6 +155,22 @@ def _leave(code: int, message: str | None = None, traceback_of: BaseException | 
     os._exit(code)
 
 
+def _leave_peer_lost(lost: str):
+    """Exit 75 after a collective failed on a lost peer: the line first, naming the ranks
+    seen gone on this host, since horovodrun --gloo SIGTERMs the survivors at once and a
+    survivor used to end inside the settle without a word; then the settle (another rank
+    may have failed on its own, and its launcher-visible code must win), cut short by a
+    SIGTERM, which ends it with 75 too."""
+    import signal
+    from horovod_train import local_peers, watchdog
+    gone = local_peers.gone_ranks()
+    ended = f"rank {', '.join(map(str, gone))} ended on this host, and " if gone else ""
+    console.last_line(f"horovod_train: stopped: {ended}{lost}")
+    signal.signal(signal.SIGTERM, lambda *_: _leave(watchdog.EXIT_PEER_LOST))
+    watchdog.settle_before_peer_lost_exit()
+    _leave(watchdog.EXIT_PEER_LOST)
+
+
 def _end_run(err: BaseException, data_dir: str | None):
     """One line and a distinct exit code per way a run ends early (README, exit codes):
     2 bad input or data (or no TensorFlow), 3 diverged, 4 the ranks' weights differ, 75 a
@@ -183,9 +199,7 @@ def _end_run(err: BaseException, data_dir: str | None):
         _leave(2, f"error: {damaged}")
     lost = watchdog.describe_peer_loss(err, _launch_rank())
     if lost is not None:
-        # Another rank may have failed on its own; its launcher-visible code must win.
-        watchdog.settle_before_peer_lost_exit()
-        _leave(watchdog.EXIT_PEER_LOST, f"stopped: {lost}")
+        _leave_peer_lost(lost)
     if isinstance(err, KeyboardInterrupt):
         _leave(130, "stopped: interrupted")
     _leave(1, "error: the run failed with the exception above (exit 1)", traceback_of=err)

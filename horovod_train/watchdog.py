@@ -192,7 +192,10 @@ def describe_peer_loss(err: BaseException, own_rank: int | None = None) -> str |
     lines = _message_lines(text)
     # Only the message itself decides: the node's Python stack TF appends names our
     # own files (horovod_train/...), which says nothing about who failed.
-    collective = any("Horovod" in line or "ollective" in line for line in lines)
+    # Gloo may report a dead peer from its transport alone ("gloo/transport/tcp/pair.cc:
+    # Read error ...: Connection reset by peer"), naming neither Horovod nor a collective.
+    collective = any("Horovod" in line or "ollective" in line or "/gloo/transport/" in line
+                     for line in lines)
     if kind not in _PEER_ERRORS and not (kind in _HOROVOD_ERRORS and collective):
         return None
     detail = lines[0] if lines else kind

@@ -76,6 +76,12 @@ def test_killed_rank_ends_the_job_and_a_relaunch_resumes(tmp_path, launcher, wor
     detect_s = time.monotonic() - t_kill
     assert proc.returncode != 0
     assert re.search(lost_line, out), out[-4000:]
+    # Whatever the launcher's own code, a survivor names the lost rank and says a relaunch
+    # resumes (issue 55 item 6): from its failed collective, or from the SIGTERM the
+    # launcher sent it after the loss.
+    assert re.search(r"horovod_train: stopped: (rank 1 ended on this host, and a peer rank was "
+                     r"lost|rank \d: SIGTERM received after rank 1 \(pid \d+\) on this host had "
+                     r"ended: a peer was lost).*resume", out), out[-4000:]
     assert not os.path.exists(tmp_path / "killed.json")  # it never claimed to finish
     print(f"\n[fault figures] {launcher} x{world}: SIGKILL rank 1 -> job ended in {detect_s:.1f} s "
           f"(exit {proc.returncode})")
