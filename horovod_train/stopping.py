@@ -23,7 +23,7 @@ import threading
 
 from absl import logging
 
-from horovod_train import local_peers
+from horovod_train import console, local_peers
 from horovod_train.watchdog import EXIT_PEER_LOST
 
 # 128 + SIGTERM, what a shell reports for a process ended by SIGTERM; ours means "stopped
@@ -86,10 +86,10 @@ class SigtermVote:
         self._timer.start()
 
     def _expire(self):
-        print(f"horovod_train: stopped: rank {self.rank}: SIGTERM received and no step boundary "
-              f"reached within {self.grace_s:g} s (--stop_grace_s); ending without a new "
-              f"checkpoint. Relaunch with the same flags to resume from the newest one",
-              file=sys.stderr, flush=True)
+        console.last_line(f"horovod_train: stopped: rank {self.rank}: SIGTERM received and no "
+                          f"step boundary reached within {self.grace_s:g} s (--stop_grace_s); "
+                          f"ending without a new checkpoint. Relaunch with the same flags to "
+                          f"resume from the newest one")
         sys.stdout.flush()
         self._exit(EXIT_STOPPED)
 
@@ -160,8 +160,7 @@ class PeerEndedWatch:
         if not gone or self._stopped.wait(self.SETTLE_S):
             return
         if not any(peer.rank < self.rank for peer in self.peers if peer not in gone):
-            sys.stderr.write(f"horovod_train: stopped: {peer_lost_message(self.rank, gone)}\n")
-            sys.stderr.flush()
+            console.last_line(f"horovod_train: stopped: {peer_lost_message(self.rank, gone)}")
         self._exit(EXIT_PEER_LOST)
 
 

@@ -79,9 +79,6 @@ def test_every_cli_entry_installs_the_filter(monkeypatch):
 ALLOWED_STDERR = {
     ("horovod_train/console.py", "last_line"): "the one function: redacts, one write, flush",
     ("horovod_train/stacks.py", "report"): "the stacks summary: one write through redact()",
-    # TODO lead: redact through console.last_line, then drop these two entries.
-    ("horovod_train/stopping.py", "_expire"): "fixed text and numbers, no path",
-    ("horovod_train/stopping.py", "_on_sigterm"): "the peer-lost line: ranks and hosts",
 }
 
 
