@@ -95,12 +95,14 @@ def _keeper(config, backend, data, state, grid, resumed, heartbeat=None, shards=
         heartbeat=heartbeat, change=resumption.change,
         schedule={"scale": resumption.lr_scale, "warmup_steps": schedule.warmup_steps},
         shards=shards)
-    return CheckpointKeeper(checkpointer, grid, _recorded_layouts(meta, config))
+    return CheckpointKeeper(checkpointer, grid,
+                            _recorded_layouts(meta, config, backend.info.is_chief))
 
 
-def _recorded_layouts(meta, config) -> tuple:
-    """(step, the epoch's layouts) the newest checkpoint records (data/layouts.py)."""
-    written = written_by(meta, config) if meta else None
+def _recorded_layouts(meta, config, is_chief: bool) -> tuple:
+    """(step, the epoch's layouts) the newest checkpoint records (data/layouts.py); the
+    chief alone warns of a field an older checkpoint lacks."""
+    written = written_by(meta, config, chief=is_chief) if meta else None
     if written is None:
         return None, ()
     writer = Layout(written.world_size, written.batch_size * written.accum_steps, 0)
@@ -121,7 +123,8 @@ def _resumption(config, backend):
     meta = checkpoint.newest_meta(config.train.checkpoint_dir) if info.is_chief else None
     if info.size > 1:
         meta = backend.comm.broadcast_object(meta, 0)
-    resumption = resume.plan(written_by(meta, config) if meta else None, launch)
+    resumption = resume.plan(written_by(meta, config, chief=info.is_chief) if meta else None,
+                             launch)
     speed = dataclasses.replace(config.speed, grad_accum_steps=resumption.accum_steps)
     return dataclasses.replace(config, speed=speed), resumption, meta
 

@@ -521,14 +521,14 @@ def test_checkpointer_writes_facts_world_size_schedule_and_position_and_restores
     assert ckpt.restore() == (0, None)
     for variable, value in zip(ckpt.variables, _arrays(10)):
         variable.assign(value)
-    ckpt.maybe_save(10, position=(0, 320, [[2, 32, 128], [1, 64, 192]]))
+    ckpt.maybe_save(10, position=(0, 320, [[2, 32, 128], [1, 32, 192]]))
     ckpt.close()
     with open(tmp_path / "ckpt-000000010" / "meta.json") as f:
         meta = json.load(f)
     assert meta["fingerprint"]["world_size"] == 1 and meta["fingerprint"]["input_shape"] == [8, 8, 1]
     assert meta["lr_schedule"] == schedule
     assert meta["position"] == {"epoch": 0, "epoch_examples": 320,
-                                "layouts": [[2, 32, 128], [1, 64, 192]]}
+                                "layouts": [[2, 32, 128], [1, 32, 192]]}
     again = _checkpointer(tmp_path, data_facts=DIGITS)
     assert again.restore() == (10, (0, 320))  # the step, and the position in examples
     np.testing.assert_array_equal(again.variables[0].value, _arrays(10)[0])
