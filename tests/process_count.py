@@ -30,6 +30,7 @@ class ProcessCounter:
         self.tier = None  # the running test's tier (set by the tier clock)
         self.processes, self.ranks = {}, {}
         self._counted = set()  # pids of Python processes, ours or not
+        self._ranks = set()  # pids counted as ranks
         self._stop = threading.Event()
         self._thread = None
 
@@ -68,7 +69,9 @@ class ProcessCounter:
             return
         tier = self.tier or "?"
         self.processes[tier] = self.processes.get(tier, 0) + 1
-        if any(name in environ for name in RANK_VARIABLES):
+        # A rank's own Python children inherit its variables: they are no ranks.
+        if any(name in environ for name in RANK_VARIABLES) and _parent(pid) not in self._ranks:
+            self._ranks.add(pid)
             self.ranks[tier] = self.ranks.get(tier, 0) + 1
 
     def words(self, tier: str) -> str:
@@ -76,3 +79,12 @@ class ProcessCounter:
         if not self.processes.get(tier):
             return ""
         return f" {self.processes[tier]} processes ({self.ranks.get(tier, 0)} ranks)"
+
+
+def _parent(pid: str) -> str | None:
+    """The parent's pid, from /proc/PID/stat (its 4th field, after the name in parentheses)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[1].decode()
+    except (OSError, IndexError):
+        return None
