@@ -254,7 +254,10 @@ def check_training(command) -> trainer_check.TrainerFacts:
                               timeout=trainer_check.TIMEOUT_S, stdin=subprocess.DEVNULL,
                               env=trainer_check.check_env(os.environ))
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise launch_error("the training command's check (horovod_train check)", str(err),
+        # A timeout's own text holds the argv: its credentials and its length say nothing.
+        received = f"no answer within {err.timeout:g} s" \
+            if isinstance(err, subprocess.TimeoutExpired) else str(err)
+        raise launch_error("the training command's check (horovod_train check)", received,
                            f"an answer within {trainer_check.TIMEOUT_S} s",
                            "run the launcher with the Python that has horovod_train") from None
     return trainer_check.read_answer(done.returncode, done.stdout, done.stderr)

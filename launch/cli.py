@@ -20,6 +20,7 @@ from launch.hostfile import (Host, format_horovodrun_hosts, format_mpich_hostfil
                              parse_hosts_arg, total_slots)
 from launch.plan import (BIND_TO, COMMAND_EXAMPLE, CONTROLLERS, PORT_BASE_FLAG, SRUN_MPI,
                          TIMELINE_FLAG)
+from launch.redact import redact, redact_argv
 
 # Kept on one line (raw formatting) so the command can be copied as printed.
 EPILOG = f"example:\n  python -m launch run -H localhost:2 {COMMAND_EXAMPLE}"
@@ -363,7 +364,9 @@ def parse(argv: list[str], environ, prog: str = PROG,
 
 
 def format_plan(plan: spec.LaunchPlan, as_json: bool = False) -> str:
-    """The dry-run text: exports of the env additions, then each exact command line."""
+    """The dry-run text: exports of the env additions, then each exact command line, a
+    URL's credentials masked (launch/redact.py: this text is shown, and logs keep it);
+    --json, the plan for programs, keeps them."""
     if as_json:
         return json.dumps({"launcher": plan.launcher, "ranks": plan.ranks,
                            "notes": list(plan.notes),
@@ -373,10 +376,10 @@ def format_plan(plan: spec.LaunchPlan, as_json: bool = False) -> str:
     lines += [f"# note: {note}" for note in plan.notes]
     shared = dict(set.intersection(*(set(p.env) for p in plan.processes)))
     lines.append("# environment additions:" + ("" if shared else " none"))
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(shared.items())]
+    lines += [f"export {k}={shlex.quote(redact(v))}" for k, v in sorted(shared.items())]
     for process in plan.processes:
-        own = [f"{k}={v}" for k, v in process.env if k not in shared]
-        lines.append(shlex.join((["env"] + own if own else []) + list(process.argv)))
+        own = [redact(f"{k}={v}") for k, v in process.env if k not in shared]
+        lines.append(shlex.join((["env"] + own if own else []) + redact_argv(process.argv)))
     return "\n".join(lines) + "\n"
 
 

@@ -101,6 +101,20 @@ def test_dry_run_starts_nothing(tmp_path):
     assert not marker.exists()
 
 
+def test_a_dry_run_shows_a_urls_credentials_masked_and_json_keeps_them():
+    """Issue 55 item 4: the printed command is a log line; --json is the plan for programs."""
+    url = "s3://AKIAFAKE:SuperSecret123@bucket/digits"
+    args = ("run", "--dry_run", "-H", "localhost:2", "--", "python", "-m", "horovod_train",
+            f"--data_dir={url}")
+    shown = launch(*args)
+    assert shown.returncode == 0, shown.stderr
+    assert "SuperSecret123" not in shown.stdout + shown.stderr
+    assert "--data_dir=s3://***@bucket/digits" in shown.stdout, shown.stdout
+    planned = launch("print", "--json", *args[2:])
+    assert planned.returncode == 0, planned.stderr
+    assert f"--data_dir={url}" in json.loads(planned.stdout)["processes"][0]["argv"]
+
+
 def test_run_local_mwms_really_starts_each_worker_with_tf_config(tmp_path):
     # Each worker writes its own file: interleaved stdout from two processes is racy.
     script = ("import json, os, sys; task = json.loads(os.environ['TF_CONFIG'])['task'];"
