@@ -1,6 +1,7 @@
 """Shared test helpers (a plain module: tests import it by name, as `from helpers import ...`).
 
 Tests that need TF import it themselves (tier 'tf')."""
+import contextlib
 import os
 import re
 import subprocess
@@ -64,3 +65,21 @@ def image_classes(root, labels=("cat", "dog"), per_class=6, shape=(5, 4, 3)):
             Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)).save(
                 os.path.join(root, label, f"{i}.png"))
     return root
+
+
+@contextlib.contextmanager
+def log_filters_kept():
+    """The process's logging filters as they were after the block: a CLI entry run in the
+    test's own process (commands.run) installs its filters for good (console.redact_logs),
+    and other tests count theirs. Yields absl's handler."""
+    import logging
+    from absl import logging as absl_logging
+    targets = [logging.getLogger("absl"), absl_logging.get_absl_handler(),
+               *logging.getLogger().handlers]
+    targets += [logging.lastResort] if logging.lastResort is not None else []
+    saved = [list(t.filters) for t in targets]
+    try:
+        yield absl_logging.get_absl_handler()
+    finally:
+        for target, filters in zip(targets, saved):
+            target.filters[:] = filters

@@ -11,7 +11,7 @@ import pytest
 
 import horovod_train
 from horovod_train import commands
-from helpers import ROOT
+from helpers import ROOT, log_filters_kept
 
 # PROG: error: WHAT: received X (or: not given); expected Y. Fix: Z  -- on one line.
 ONE_LINE = re.compile(r"^(?P<prog>horovod_train(?: \w+)?): error: \S[^\n]*: "
@@ -19,7 +19,8 @@ ONE_LINE = re.compile(r"^(?P<prog>horovod_train(?: \w+)?): error: \S[^\n]*: "
 
 
 def front(*argv, capsys):
-    code = commands.run(list(argv))
+    with log_filters_kept():  # commands.run installs its log filters for good
+        code = commands.run(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

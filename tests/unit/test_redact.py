@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from helpers import log_filters_kept
 from launch import redact as redact_mod
 from launch.redact import MASK, redact, redact_argv, redact_tree
 
@@ -119,14 +120,8 @@ def test_logging_filter_redacts_message_args_and_traceback():
 @pytest.fixture
 def handlers_restored():
     """The process's logging filters as they were: other tests count their filters."""
-    from absl import logging as absl_logging
-    targets = [logging.getLogger("absl"), absl_logging.get_absl_handler(),
-               *logging.getLogger().handlers]
-    targets += [logging.lastResort] if logging.lastResort is not None else []
-    saved = [list(t.filters) for t in targets]
-    yield absl_logging.get_absl_handler()
-    for target, filters in zip(targets, saved):
-        target.filters[:] = filters
+    with log_filters_kept() as absl_handler:
+        yield absl_handler
 
 
 def test_redact_logs_is_installed_once_on_absl_and_root(handlers_restored):
