@@ -93,7 +93,6 @@ def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path
 
 
 def test_a_global_batch_that_cannot_be_kept_is_refused_by_every_rank_unless_allowed(tmp_path):
-    pytest.importorskip("horovod.tensorflow")
     ck = tmp_path / "CK"
     one = run_cli(TRAIN + SMALL + ["--max_steps=20", f"--checkpoint_dir={ck}"], timeout=300)
     assert one.returncode == 0, one.stderr[-3000:]
@@ -192,7 +191,6 @@ def test_a_checkpoint_write_that_never_ends_is_bounded_and_the_relaunch_resumes(
     scenario's flags may (test_local_phases.py's slow writes must end well), and there
     must be a committed checkpoint first: one process at the same global batch (64) writes
     it, the cheapest launch that does."""
-    pytest.importorskip("horovod.tensorflow")
     ck = tmp_path / "CK"
     first = run_cli(TRAIN + SMALL + ["--batch_size=64", "--max_steps=10",
                                      f"--checkpoint_dir={ck}"], timeout=300)

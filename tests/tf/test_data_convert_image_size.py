@@ -6,10 +6,8 @@ import os
 
 import pytest
 
-pytest.importorskip("tensorflow")
-
-from helpers import image_classes  # noqa: E402
-from horovod_train.data.__main__ import main  # noqa: E402
+from helpers import image_classes
+from horovod_train.data.__main__ import main
 
 
 @pytest.fixture

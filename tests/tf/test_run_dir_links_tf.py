@@ -11,7 +11,7 @@ import pytest
 
 from unit.test_stacks import PROFILE, _as_nobody, shared  # noqa: F401 - a fixture
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf  # noqa: E402
 
 from horovod_train import config as cfg  # noqa: E402
 from horovod_train.observe import observer as observer_lib  # noqa: E402

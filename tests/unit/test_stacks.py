@@ -161,11 +161,13 @@ def _as_nobody(*argv):
 @pytest.fixture
 def shared(tmp_path):
     if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("acting as another user (`nobody`) takes root and runuser")
+        pytest.fail("acting as another user (`nobody`) takes root and runuser; expected "
+                    "both (CI runs as root). Fix: run the suite as root")
     try:
         pwd.getpwnam("nobody")
     except KeyError:
-        pytest.skip("no user `nobody` on this machine")
+        pytest.fail("no user `nobody` on this machine; expected Debian's. Fix: "
+                    "useradd --system --no-create-home nobody")
     run = tempfile.mkdtemp(prefix="shared-run-", dir="/tmp")
     os.chmod(run, 0o777)
     victim = tmp_path / "profile"  # in a directory `nobody` cannot even enter
@@ -346,7 +348,7 @@ def test_native_frames_only_of_a_process_that_is_the_rank(shared, monkeypatch):
     ours) gets a note and no py-spy; so does a process of another user's."""
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     if shutil.which("py-spy") is None:
-        pytest.skip("py-spy is not installed")
+        pytest.fail("py-spy is not installed; expected requirements.txt's pin. Fix: make setup")
     dump = stacks.StackDump(shared.stacks, 0).install()
     record = json.load(open(os.path.join(shared.stacks, "rank0.json")))
     dump.close()
