@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 from launch import contract
+from launch.procstat import start_time
 
 # Values every rank of one job shares and no other job's rank does: the PMIx namespace
 # (Open MPI's mpirun, horovodrun --mpi, srun --mpi=pmix), horovodrun --gloo's rendezvous
@@ -52,17 +53,6 @@ def environ_of(pid: str, proc: str = "/proc") -> dict[str, str] | None:
     pairs = (item.partition(b"=") for item in data.split(b"\0") if item)
     return {name.decode(errors="replace"): value.decode(errors="replace")
             for name, _, value in pairs}
-
-
-def start_time(pid, proc: str = "/proc") -> int | None:
-    """The process's start time, or None when it is gone or a zombie (it has ended)."""
-    data = _read(f"{proc}/{pid}/stat")
-    if data is None:
-        return None
-    fields = data.rpartition(b")")[2].split()  # after the command name, which may hold spaces
-    if len(fields) < 20 or fields[0] == b"Z":
-        return None
-    return int(fields[19])
 
 
 def job_key(environ: dict[str, str]) -> tuple[tuple[str, str], ...]:

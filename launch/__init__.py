@@ -13,6 +13,7 @@ runs on login nodes and `python -m launch --help` is instant.
     ports.py         port bases below the ephemeral range; who holds a port
     cli.py           argparse for `python -m launch`
     __main__.py      the one place that starts processes
+    procstat.py      a process's start time from /proc (is this pid still that process?)
     guard.py         stops the children's process groups if the launcher is SIGKILLed
     redact.py        credentials out of every shown text (URL userinfo, secret query values)
     private_files.py owner-only files in a directory others may write (RUN/stacks)

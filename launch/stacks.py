@@ -22,6 +22,7 @@ import time
 
 from launch.errors import LaunchError, launch_error
 from launch.private_files import PrivateDir, Refused, describe, is_ours, owner
+from launch.procstat import start_time
 
 # The files each rank keeps in RUN_DIR/DIR_NAME (horovod_train/stacks.py writes them).
 DIR_NAME = "stacks"
@@ -154,21 +155,16 @@ def alive(pid: int) -> bool:
 
 def process_identity(pid: int) -> dict | None:
     """What tells process `pid` from every later process given the same number: this
-    boot's id and the time it started (clock ticks after boot, /proc/PID/stat's 22nd
-    field); and its owner. None where there is no /proc, or no such process."""
+    boot's id and the time it started (procstat.start_time); and its owner. None where
+    there is no /proc, or no such process, or it has ended."""
+    started = start_time(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            line = f.read()
         uid = os.stat(f"/proc/{pid}").st_uid
         with open(_BOOT_ID) as f:
             boot = f.read().strip()
     except OSError:
         return None
-    # After the command name in parentheses (which may hold anything): field 3 onwards.
-    fields = line[line.rfind(b")") + 2:].split()
-    if fields[0] in (b"Z", b"X"):
-        return None  # it has ended: a zombie keeps its pid and start time until reaped
-    return {"start": int(fields[19]), "boot": boot, "uid": uid}
+    return None if started is None else {"start": started, "boot": boot, "uid": uid}
 
 
 def not_the_rank(info: dict) -> str | None:
