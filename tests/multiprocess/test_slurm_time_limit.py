@@ -5,11 +5,14 @@ there and finishes.
 
 The job is rendered with --time 00:10:00; once it has trained past its first checkpoint,
 `scontrol update TimeLimit=1` brings its limit down to one minute of run time, so the
-test takes about two minutes rather than ten. N is 35 s (--stop_grace_s 20 + 15 s):
-Slurm checks limits about every 30 s and sends the signal at its first check within N s
-of the limit (sbatch: up to 60 s early), well before the minute is over. The ranks stop
-at a step boundary, the chief writes a checkpoint, and they exit 143 before Slurm would
-cancel the job "DUE TO TIME LIMIT" (which the output must therefore not say).
+test takes about a minute and a half rather than ten. N is 35 s (--stop_grace_s 20 +
+15 s). slurmctld tests time limits every 30 s (PERIODIC_TIMEOUT in its source, a
+build-time constant: no slurm.conf setting changes it) and sends the signal at the
+first test that finds the end within N + 30 s (sbatch: up to 60 s early); with a
+one-minute limit that is the first test after the update, 0-30 s after it, and the
+limit itself is enforced no sooner than the test after that. The ranks stop at a step
+boundary, the chief writes a checkpoint, and they exit 143 before Slurm would cancel
+the job "DUE TO TIME LIMIT" (which the output must therefore not say).
 """
 import json
 import sys
@@ -20,13 +23,17 @@ from helpers import run_cli
 # The one-node cluster fixture and the job helpers of the Slurm scenarios (issue 42's).
 from test_slurm_local import ACTIVE, STOPPED, _state, _steps, one_node  # noqa: F401
 
-STEPS = 3000
-# digits_cnn on one rank, slowed to ~50 steps/s by a 20 ms delay before each step: the
-# first job cannot finish within the ~50 s it runs, the resumed one finishes in < 60 s.
-FLAGS = [f"--max_steps={STEPS}", "--epochs=1000", "--checkpoint_every=100", "--batch_size=32",
+# digits_cnn on one rank, held to at most 20 steps/s by a 50 ms delay before each step, so
+# the step count is a lower bound on the run's seconds: STEPS = 46 s of training. The
+# first job trains ~2 s to its first checkpoint, then at most ~33 s more (the update,
+# up to 31 s to slurmctld's next test, the signal's delivery): 35 s = 700 steps, so it
+# cannot finish first (10 s of margin); the resumed job trains the rest.
+STEP_DELAY_S = 0.05
+STEPS = 920
+FLAGS = [f"--max_steps={STEPS}", "--epochs=1000", "--checkpoint_every=40", "--batch_size=32",
          "--optimizer=sgd", "--learning_rate=0.05", "--intra_op_threads=1",
-         "--eval_every_epochs=0", "--log_every=100", "--stop_grace_s=20",
-         "--inject_delay=step:0.02@0"]
+         "--eval_every_epochs=0", "--log_every=40", "--stop_grace_s=20",
+         f"--inject_delay=step:{STEP_DELAY_S}@0"]
 SIGNAL_S = 35  # --stop_grace_s 20 + 15 s to exit (launch/sbatch.py, signal_seconds)
 JOB_TIMEOUT_S = 300
 
