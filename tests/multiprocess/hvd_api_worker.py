@@ -12,6 +12,9 @@ argv: out_dir modes, where modes is a comma-separated list of, run in order in o
              from the optimizer's verdict tensor
 (each writes "fit_<mode>"; every rank stops at the same check, so the ranks are still
 in step for the next mode.)
+
+It runs at module level: as a script, or as the hvd_api job of a rank session
+(rank_session.py runs it with runpy), in each launcher's session of conftest.py.
 """
 import hashlib
 import json

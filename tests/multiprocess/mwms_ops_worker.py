@@ -154,11 +154,12 @@ def run_extras(ops, rank, mine) -> dict:
 
 
 def main(out_dir):
-    import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(1)  # ranks share 2 cores
-    from horovod_train import backends
-    backend = backends.create("mwms", collective_timeout_s=90.0)
-    info = backend.setup()
+    # Joined as a script joins (htk.Strategy): a process may configure MWMS once, and in
+    # a rank session (rank_session.py) the later jobs' hvd.init() joins this strategy.
+    import horovod_train.keras as htk
+    backend = htk.Strategy(backend="mwms", intra_op_threads=1,  # ranks share 2 cores
+                           collective_timeout_s=90.0).backend
+    info = backend.info
     ops = backend.comm
     mine = inputs(info.rank, info.size)
     result = {"rank": info.rank, "size": info.size, "cases": run_cases(ops, mine, info.size),

@@ -118,7 +118,9 @@ def main(spec_path: str) -> None:
         faulthandler.dump_traceback_later(job["timeout_s"], exit=True, file=failed)
         try:
             run_job(job, rank)
+            fresh_start(spec["rejoin"])
         except BaseException:  # noqa: BLE001 - any end but a clean one stops the session
+            faulthandler.cancel_dump_traceback_later()
             failed.write(traceback.format_exc())
             failed.close()
             sys.stderr.write(f"{MARK} job {name} failed on rank {rank}:\n"
@@ -129,7 +131,6 @@ def main(spec_path: str) -> None:
         faulthandler.cancel_dump_traceback_later()
         failed.close()
         os.remove(failed_file(session_dir, name, rank))
-        fresh_start(spec["rejoin"])
         open(done_file(session_dir, name, rank), "w").close()
         print(f"{end_line(name, rank)} | {time.monotonic() - start:.1f} s", flush=True)
 

@@ -52,7 +52,7 @@ class RankSession:
         """The launch's stdout from the first rank's start of `name` to the last rank's
         end of it: every line a rank printed during the job (and perhaps a neighbour's)."""
         lines = self.stdout.splitlines()
-        begin, end = f"{rank_session.MARK} begin {name} |", f"{rank_session.MARK} end {name} |"
+        begin, end = rank_session.begin_line(name, ""), rank_session.end_line(name, "")
         starts = [i for i, line in enumerate(lines) if begin in line]
         ends = [i for i, line in enumerate(lines) if end in line]
         assert starts and ends, self._why(f"no begin/end lines of job {name!r} in stdout")

@@ -16,15 +16,22 @@ WORKER = os.path.join(ROOT, "tests", "multiprocess", "gloo_reduce_worker.py")
 
 
 @pytest.mark.parametrize("np_", [2, 3])
-def test_gloo_allreduce_matches_numpy_and_every_rank_gets_the_same_bytes(tmp_path, np_):
-    pytest.importorskip("horovod.tensorflow")
-    argv = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
-            "--gloo", sys.executable, WORKER, str(tmp_path)]
-    proc = run_cli(argv, timeout=300, env=child_env(TF_NUM_INTRAOP_THREADS=1))
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert proc.returncode == 0 and names == [f"rank{r}.json" for r in range(np_)], \
-        f"rc={proc.returncode}, results {names}:\n{proc.stderr[-4000:]}"
-    ranks = [json.loads((tmp_path / n).read_text()) for n in names]
+def test_gloo_allreduce_matches_numpy_and_every_rank_gets_the_same_bytes(tmp_path, np_,
+                                                                         gloo_session):
+    """2 ranks: the gloo_reduce job of the Gloo rank session (conftest.py); 3 ranks: a
+    launch of its own (another world)."""
+    if np_ == 2:
+        out = gloo_session.job_dir("gloo_reduce")
+    else:
+        out = tmp_path
+        pytest.importorskip("horovod.tensorflow")
+        argv = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
+                "--gloo", sys.executable, WORKER, str(out)]
+        proc = run_cli(argv, timeout=300, env=child_env(TF_NUM_INTRAOP_THREADS=1))
+        assert proc.returncode == 0, f"rc={proc.returncode}:\n{proc.stderr[-4000:]}"
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [f"rank{r}.json" for r in range(np_)], f"results {names}"
+    ranks = [json.loads((out / n).read_text()) for n in names]
     cases = [{c["name"]: c for c in r["cases"]} for r in ranks]
     assert len(cases[0]) == 46 and all(c.keys() == cases[0].keys() for c in cases)
     wrong = [(r, name) for r, mine in enumerate(cases) for name, c in mine.items() if not c["ok"]]

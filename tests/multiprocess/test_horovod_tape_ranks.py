@@ -1,6 +1,7 @@
 """Issue 40: a Horovod GradientTape script (horovod_style/tape_mnist_digits.py, `import
 horovod_train.tensorflow as hvd`) on 2 real ranks under horovodrun --gloo, --mpi and as
-2 MWMS workers (python -m launch run --backend mwms): one launch each, many checks.
+2 MWMS workers (python -m launch run --backend mwms): the tape job of each launcher's
+rank session (conftest.py), many checks.
 
 Every rank runs in its own directory (rank0/, rank1/) and the checkpoint path is
 relative, so a file written by a non-chief rank would show up in rank1/. Each rank
@@ -11,39 +12,22 @@ first-call broadcast must make them equal on its own.
 import json
 import os
 import re
-import sys
 
 import pytest
 
-from helpers import ROOT, run_cli
-from ranks import IN_RANK_DIR
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "horovod_style", "tape_mnist_digits.py")
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-CHECK_EVERY = 4
 STEPS = 3 * (700 // 32)
 
 pytestmark = pytest.mark.slow
 
 
-def launcher(kind):
-    if kind == "mwms":
-        return [sys.executable, "-m", "launch", "run", "-H", "localhost:2", "--backend",
-                "mwms", "--"]
-    return [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{kind}"]
-
-
 @pytest.mark.parametrize("kind,broadcast", [("gloo", False), ("mpi", True), ("mwms", True)])
-def test_tape_script_on_two_ranks(tmp_path, kind, broadcast):
-    if kind != "mwms":
-        pytest.importorskip("horovod.tensorflow")
-    argv = [*launcher(kind), sys.executable, "-c", IN_RANK_DIR, str(tmp_path), SCRIPT,
-            f"--result={tmp_path}/result-{{rank}}.json", f"--check_every={CHECK_EVERY}",
-            *([] if broadcast else ["--no_broadcast"])]
-    proc = run_cli(argv, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    r0, r1 = (json.loads((tmp_path / f"result-{r}.json").read_text()) for r in range(2))
+def test_tape_script_on_two_ranks(kind, broadcast, gloo_session, mpi_session, mwms_session):
+    session = {"gloo": gloo_session, "mpi": mpi_session, "mwms": mwms_session}[kind]
+    out = session.job_dir("tape")
+    stdout = session.job_stdout("tape")
+    # gloo runs the script without its first-batch broadcast (the module docstring).
+    assert ("--no_broadcast" not in session.job_argv("tape")) is broadcast
+    r0, r1 = (json.loads((out / f"result-{r}.json").read_text()) for r in range(2))
 
     # One model: identical weights, the same accuracy, every step applied once.
     assert r0["digest"] == r1["digest"], "ranks diverged"
@@ -51,10 +35,10 @@ def test_tape_script_on_two_ranks(tmp_path, kind, broadcast):
     assert r0["optimizer_steps"] == r1["optimizer_steps"] == STEPS
     assert r0["accuracy"] == r1["accuracy"] >= 0.9, (r0["accuracy"], r1["accuracy"])
     # The chief alone prints and writes its checkpoint.
-    assert re.search(r"Step #60\tLoss: [0-9.]+", proc.stdout)
-    assert len(re.findall(r"Step #0\t", proc.stdout)) == 1
-    assert os.listdir(tmp_path / "rank0") == ["checkpoint.weights.h5"]
-    assert os.listdir(tmp_path / "rank1") == []
+    assert re.search(r"Step #60\tLoss: [0-9.]+", stdout)
+    assert len(re.findall(r"Step #0\t", stdout)) == 1
+    assert os.listdir(out / "rank0") == ["checkpoint.weights.h5"]
+    assert os.listdir(out / "rank1") == []
 
     # The collectives, by Horovod's meaning.
     c0, c1 = r0["collectives"], r1["collectives"]

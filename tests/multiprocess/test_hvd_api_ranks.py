@@ -1,39 +1,15 @@
 """Horovod's Keras API (`import horovod_train.keras as hvd`) on real ranks: horovodrun
 --gloo and --mpi, and two MWMS workers (TF_CONFIG) for what MWMS can do. Every rank's
-answers are checked against exact values (tests/multiprocess/hvd_api_worker.py)."""
+answers are checked against exact values (tests/multiprocess/hvd_api_worker.py, the
+hvd_api job of each launcher's rank session in conftest.py)."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import child_env, run_cli
-from ranks import free_ports, tf_config
 
-
-WORKER = os.path.join(os.path.dirname(__file__), "hvd_api_worker.py")
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-
-
-def run_horovod(controller, out, mode):
-    argv = [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{controller}", sys.executable,
-            WORKER, str(out), mode]
-    # Horovod starts a timeline on request only when told so at init (as Horovod's own).
-    proc = run_cli(argv, timeout=420, env=child_env(HOROVOD_TIMELINE="DYNAMIC"))
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
-
-
-def run_mwms(out, mode):
-    ports = free_ports(2)
-    procs = [subprocess.Popen([sys.executable, WORKER, str(out), mode],
-                              env=child_env(TF_CONFIG=tf_config(ports, i)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=420)
-        assert p.returncode == 0, err[-5000:]
+def api_ranks(session) -> list[dict]:
+    """Every rank's answers from the session's hvd_api job (hvd_api_worker.py)."""
+    out = session.job_dir("hvd_api")
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -51,19 +27,17 @@ def check_collectives(c):
 
 
 @pytest.fixture(scope="module")
-def gloo_ranks(tmp_path_factory):
-    """One Gloo job runs the API checks, then the perturbed fits (the tests below)."""
-    return run_horovod("gloo", tmp_path_factory.mktemp("gloo"), "api,perturb,instep,elastic")
+def gloo_ranks(gloo_session):
+    """The Gloo session's hvd_api job runs the API checks, then the perturbed fits (the
+    tests below)."""
+    return api_ranks(gloo_session)
 
 
 @pytest.mark.parametrize("launcher", ["gloo", "mpi", "mwms"])
-def test_the_api_answers_alike_on_every_rank(tmp_path, launcher, request):
-    if launcher == "gloo":
-        ranks = request.getfixturevalue("gloo_ranks")
-    elif launcher == "mwms":
-        ranks = run_mwms(tmp_path, "api")
-    else:
-        ranks = run_horovod(launcher, tmp_path, "api")
+def test_the_api_answers_alike_on_every_rank(launcher, gloo_session, mpi_session, mwms_session):
+    # Each launcher's rank session (conftest.py); all three are asked for by name, so
+    # pytest-xdist keeps them in one worker (tests/worker_groups.py).
+    ranks = api_ranks({"gloo": gloo_session, "mpi": mpi_session, "mwms": mwms_session}[launcher])
     for r, res in enumerate(ranks):
         assert (res["rank"], res["size"], res["local_rank"], res["local_size"]) == (r, 2, r, 2)
         assert res["cross"] == [0, 1]

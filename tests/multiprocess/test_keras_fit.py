@@ -100,93 +100,14 @@ def _assert_checkpoint_holds(path, digest):
     assert proc.stdout.split()[-1] == digest
 
 
-ACCUMULATION = '''
-import json, sys
-import numpy as np
-import keras
-import horovod_train.keras as htk
-
-strategy = htk.Strategy(intra_op_threads=1)
-rng = np.random.default_rng(0)
-x = rng.random((96, 6), dtype=np.float32)
-y = (x.sum(axis=1) > 3).astype(np.int32)
-
-def model():
-    keras.utils.set_random_seed(strategy.rank)  # different starts: the broadcast must fix them
-    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                             keras.layers.Dense(2)])
-
-loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-# 2 ranks x 2 micro-batches of 6: each update averages rows [24 s, 24 s + 24) of x. Three
-# ways to ask for it, one kernel: ours (the mean), ours under the XLA split, and Horovod's
-# backward_passes_per_step (the sum, so half the rate).
-VARIANTS = {"accum": (lambda: strategy.distributed_optimizer(keras.optimizers.SGD(0.2),
-                                                             accum_steps=2), False),
-            "accum_xla": (lambda: strategy.distributed_optimizer(keras.optimizers.SGD(0.2),
-                                                                 accum_steps=2), True),
-            "passes_sum": (lambda: htk.DistributedOptimizer(keras.optimizers.SGD(0.1),
-                                                            backward_passes_per_step=2), False),
-            # The optimizer's state sharded over the ranks (none for plain SGD: the
-            # reduce-scatter and allgather alone), and Adam's two moments, against Adam
-            # unsharded on the ranks.
-            "accum_sharded": (lambda: strategy.distributed_optimizer(
-                keras.optimizers.SGD(0.2), accum_steps=2, shard_optimizer_state=True), False),
-            "adam": (lambda: strategy.distributed_optimizer(
-                keras.optimizers.Adam(0.01, name="adam"), accum_steps=2), False),
-            "adam_sharded": (lambda: strategy.distributed_optimizer(
-                keras.optimizers.Adam(0.01, name="adam"), accum_steps=2,
-                shard_optimizer_state=True), False),
-            # SGD with momentum without accumulation, sharded against unsharded.
-            "momentum": (lambda: strategy.distributed_optimizer(
-                keras.optimizers.SGD(0.05, momentum=0.9, name="sgdm")), False),
-            "momentum_sharded": (lambda: strategy.distributed_optimizer(
-                keras.optimizers.SGD(0.05, momentum=0.9, name="sgdm"),
-                shard_optimizer_state=True), False)}
-dists = {}
-for name, (make_opt, jit) in VARIANTS.items():
-    with strategy.scope():
-        dist = model()
-        dist.compile(make_opt(), loss, jit_compile=jit)
-    dist.fit(*strategy.shard((x, y)), batch_size=6, epochs=2, shuffle=False, verbose=0,
-             callbacks=strategy.callbacks())
-    dists[name] = (dist, strategy.weight_digests(dist))
-if strategy.is_chief:  # the same updates in one process: batches of 24, plain SGD
-    keras.utils.set_random_seed(0)
-    ref = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
-                            keras.layers.Dense(2)])
-    ref.compile(keras.optimizers.SGD(0.2), loss)
-    ref.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
-    start = model().get_weights()
-    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(ref.get_weights(), start))
-    out = {"moved": moved}
-    for name, (dist, digests) in dists.items():
-        gap = max(float(np.max(np.abs(a - b)))
-                  for a, b in zip(dist.get_weights(), ref.get_weights()))
-        base = name.split("_")[0]
-        if base in ("adam", "momentum"):  # against the ranks' unsharded run of it
-            gap = max(float(np.max(np.abs(a - b)))
-                      for a, b in zip(dist.get_weights(), dists[base][0].get_weights()))
-        out[name] = {"digests": digests, "gap": gap,
-                     "updates": int(dist.optimizer.iterations.numpy()),
-                     "split": type(dist.train_step).__name__}
-    json.dump(out, open(sys.argv[1], "w"))
-'''
-
-
-def test_accumulation_over_ranks_equals_one_large_batch(tmp_path):
+def test_accumulation_over_ranks_equals_one_large_batch(gloo_session):
     """2 ranks x 2 accumulated micro-batches of 6 == one process with batches of 24
     (float32 SGD), identical on both ranks: the wrapper averages, accumulates, and
     reduces inside tf.cond under Horovod, with and without the XLA split, and Horovod's
     summing backward_passes_per_step is the same update at half the rate; the broadcast
     makes different initial weights rank 0's."""
-    pytest.importorskip("horovod")
-    script = tmp_path / "accumulate.py"
-    script.write_text(ACCUMULATION)
-    out = tmp_path / "result.json"
-    proc = run_cli([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
-                    str(script), str(out)], timeout=300)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    result = json.loads(out.read_text())
+    # keras_accumulation_worker.py, a job of the Gloo rank session (conftest.py).
+    result = json.loads((gloo_session.job_dir("keras_accumulation") / "result.json").read_text())
     assert result["moved"] > 1e-2, result
     for other in ("adam", "momentum"):  # another run each
         assert result[other]["digests"][0] != result["accum"]["digests"][0]
@@ -199,34 +120,7 @@ def test_accumulation_over_ranks_equals_one_large_batch(tmp_path):
     assert result["accum_xla"]["split"] == "SplitTrainStep"
 
 
-HOROVOD_KERAS = '''
-import hashlib, json, sys
-import numpy as np
-import keras
-import horovod.tensorflow as hvd_core
-import horovod.tensorflow.keras as hvd
-
-hvd.init()
-keras.utils.set_random_seed(0)  # the same initial weights on both ranks
-model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
-model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
-rng = np.random.default_rng(hvd.rank())  # each rank its own shard
-x, y = rng.normal(size=(64, 8)).astype("float32"), rng.normal(size=(64, 4)).astype("float32")
-model.fit(x, y, batch_size=16, epochs=1, verbose=0)
-digest = hashlib.sha256(b"".join(w.tobytes() for w in model.get_weights())).hexdigest()
-try:
-    model.fit(x, y, batch_size=16, epochs=1, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-    broadcast = "ok"
-except Exception as err:
-    broadcast = f"{type(err).__name__}: {err}"
-digests = hvd_core.allgather_object(digest)
-if hvd.rank() == 0:
-    json.dump({"digests": digests, "broadcast": broadcast}, open(sys.argv[1], "w"))
-'''
-
-
-def test_horovod_keras_layer_still_diverges_under_keras3(tmp_path):
+def test_horovod_keras_layer_still_diverges_under_keras3(gloo_session):
     """The failure horovod_train.keras replaces (see docs/keras.md).
 
     horovod.tensorflow.keras.DistributedOptimizer (Horovod 0.28.1) hooks the Keras 2
@@ -235,14 +129,8 @@ def test_horovod_keras_layer_still_diverges_under_keras3(tmp_path):
     start identical end with different weights. Its BroadcastGlobalVariablesCallback
     fails outright, because a Keras 3 variable wraps a tf.Variable and has no `.ref`.
     If this test fails, Horovod has fixed its Keras layer: revisit why we exist."""
-    pytest.importorskip("horovod")
-    script = tmp_path / "horovod_keras.py"
-    script.write_text(HOROVOD_KERAS)
-    out = tmp_path / "result.json"
-    proc = run_cli([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable,
-                    str(script), str(out)], timeout=300)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    result = json.loads(out.read_text())
+    # horovod_keras_worker.py, a job of the Gloo rank session (conftest.py).
+    result = json.loads((gloo_session.job_dir("horovod_keras") / "result.json").read_text())
     assert len(result["digests"]) == 2
     assert result["digests"][0] != result["digests"][1], "Horovod's Keras layer kept ranks in sync"
     assert "has no attribute 'ref'" in result["broadcast"]

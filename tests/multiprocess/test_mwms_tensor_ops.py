@@ -1,8 +1,9 @@
 """The MWMS communicator (backends/mwms_comm.py) on real workers.
 
-One job per world size (2 workers, then 3) runs every case of mwms_ops_worker.CASES
-eagerly and inside a tf.function; each test checks what every rank wrote against
-values computed here with numpy from the same inputs, bit for bit.
+One job per world size (2 workers, in the MWMS rank session of conftest.py, then 3)
+runs every case of mwms_ops_worker.CASES eagerly and inside a tf.function; each test
+checks what every rank wrote against values computed here with numpy from the same
+inputs, bit for bit.
 """
 import json
 import subprocess
@@ -48,7 +49,12 @@ def run_workers(n: int, out_dir, timeout: float = 240) -> list[dict]:
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}_workers")
-def world(request, tmp_path_factory) -> list[dict]:
+def world(request, tmp_path_factory, mwms_session) -> list[dict]:
+    """2 workers: the mwms_ops job of the MWMS rank session (conftest.py); 3 workers (two
+    hosts' names): a job of their own."""
+    if request.param == 2:
+        out = mwms_session.job_dir("mwms_ops")
+        return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     return run_workers(request.param, tmp_path_factory.mktemp(f"ops{request.param}"))
 
 

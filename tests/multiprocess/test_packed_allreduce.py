@@ -15,22 +15,28 @@ from ranks import BIN
 WORKER = os.path.join(ROOT, "tests", "multiprocess", "packed_worker.py")
 
 
+def _ranks(out, np_: int) -> list:
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [f"rank{r}.json" for r in range(np_)], f"results {names}"
+    ranks = [json.loads((out / n).read_text()) for n in names]
+    assert all(r["digest"] == ranks[0]["digest"] for r in ranks), "ranks got different bytes"
+    return ranks
+
+
 def _run(tmp_path, controller: str, np_: int) -> list:
     pytest.importorskip("horovod.tensorflow")
     argv = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
             f"--{controller}", sys.executable, WORKER, str(tmp_path)]
     proc = run_cli(argv, timeout=300, env=child_env(TF_NUM_INTRAOP_THREADS=1))
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert proc.returncode == 0 and names == [f"rank{r}.json" for r in range(np_)], \
-        f"rc={proc.returncode}, results {names}:\n{proc.stderr[-4000:]}"
-    ranks = [json.loads((tmp_path / n).read_text()) for n in names]
-    assert all(r["digest"] == ranks[0]["digest"] for r in ranks), "ranks got different bytes"
-    return ranks
+    assert proc.returncode == 0, f"rc={proc.returncode}:\n{proc.stderr[-4000:]}"
+    return _ranks(tmp_path, np_)
 
 
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
-def test_packed_means_equal_horovods_grouped_allreduce(tmp_path, controller):
-    for r in _run(tmp_path, controller, 2):
+def test_packed_means_equal_horovods_grouped_allreduce(controller, gloo_session, mpi_session):
+    """The packed job of each controller's rank session (conftest.py)."""
+    session = {"gloo": gloo_session, "mpi": mpi_session}[controller]
+    for r in _ranks(session.job_dir("packed"), 2):
         assert r["shapes_dtypes_kept"] and r["equal_eager"] and r["equal_in_graph"] \
             and r["equal_one_bucket"], r
 
