@@ -7,6 +7,7 @@ leaves only whole checkpoints, the newest of which its relaunch resumes from."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -46,14 +47,23 @@ def _ckpts(directory) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n.startswith("ckpt-"))
 
 
-def test_prune_keeps_the_readable_checkpoints_next_to_garbage(tmp_path):
-    ck = tmp_path / "CK"
-    for step in (900, 800):  # the issue's repro: two dirs that only look like checkpoints
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory):
+    """One process, 30 steps, --keep_checkpoints=2, in a directory that already holds
+    two dirs that only look like checkpoints (the issue's repro). Its step-30 checkpoint
+    (1 rank x batch 32) is also the one the global-batch test resumes from."""
+    ck = tmp_path_factory.mktemp("pruned") / "CK"
+    for step in (900, 800):
         (ck / f"ckpt-000000{step}").mkdir(parents=True)
         (ck / f"ckpt-000000{step}" / "meta.json").write_text("x\n")
     proc = run_cli(TRAIN + SMALL + ["--max_steps=30", "--keep_checkpoints=2",
                                     f"--checkpoint_dir={ck}"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return ck, proc
+
+
+def test_prune_keeps_the_readable_checkpoints_next_to_garbage(pruned):
+    ck, proc = pruned
     assert _ckpts(ck) == ["ckpt-000000020", "ckpt-000000030",
                           "ckpt-000000800", "ckpt-000000900"]
     assert (ck / "ckpt-000000900" / "meta.json").read_text() == "x\n"
@@ -92,33 +102,51 @@ def test_a_second_job_on_the_same_dir_is_refused_and_the_first_finishes(tmp_path
     assert all(sorted(os.listdir(ck / n)) == WHOLE for n in _ckpts(ck))
 
 
-def test_a_global_batch_that_cannot_be_kept_is_refused_by_every_rank_unless_allowed(tmp_path):
-    ck = tmp_path / "CK"
-    one = run_cli(TRAIN + SMALL + ["--max_steps=20", f"--checkpoint_dir={ck}"], timeout=300)
-    assert one.returncode == 0, one.stderr[-3000:]
+# The flags of every 2-rank launch on the global-batch test's directory (global batch 64).
+TWO_RANKS = ["--intra_op_threads=1", "--eval_every_epochs=0", "--checkpoint_every=10"]
+
+
+@pytest.fixture(scope="module")
+def batch_change(pruned, tmp_path_factory):
+    """2 Gloo ranks x batch 32 on the 1-process run's step-30 checkpoint (global batch
+    32): refused, then allowed with --allow_global_batch_change up to step 40. Its
+    checkpoints (global batch 64) are also what the stuck-write test resumes from."""
+    base = tmp_path_factory.mktemp("batch_change")
+    ck = base / "CK"
+    shutil.copytree(pruned[0] / "ckpt-000000030", ck / "ckpt-000000030")
+    common = TWO_RANKS + ["--max_steps=40", f"--checkpoint_dir={ck}"]
+    refused = run_cli(horovodrun(2, "gloo", common), timeout=300)
+    after_refusal = _ckpts(ck)
+    allowed = run_cli(horovodrun(2, "gloo", common + ["--allow_global_batch_change",
+                                                      f"--summary_json={base}/s.json"]),
+                      timeout=300)
+    return {"ck": ck, "refused": refused, "after_refusal": after_refusal,
+            "allowed": allowed, "summary": base / "s.json"}
+
+
+def test_a_global_batch_that_cannot_be_kept_is_refused_by_every_rank_unless_allowed(
+        batch_change):
+    """The checkpoint is the prune test's step-30 one (1 rank x batch 32, global batch
+    32); until issue 64 a 20-step run of its own wrote one alike."""
+    ck, two = batch_change["ck"], batch_change["refused"]
     # 1 rank x batch 32 wrote it; 2 ranks x batch 32 make 64, and no accumulation makes 32.
-    common = ["--intra_op_threads=1", "--eval_every_epochs=0", "--checkpoint_every=10",
-              "--max_steps=40", f"--checkpoint_dir={ck}"]
-    two = run_cli(horovodrun(2, "gloo", common), timeout=300)
     output = two.stdout + two.stderr
     # horovodrun ends with its own status 1 and names the first rank's code, 2.
     assert two.returncode != 0 and "Exit code: 2" in output, output[-4000:]
     lines = _error_lines(output)
     assert sorted(line.split(">", 1)[0] for line in lines) == ["[0]<stderr", "[1]<stderr"], lines
     assert len({line.split(":", 1)[1] for line in lines}) == 1  # the same line on both ranks
-    assert "step 20 was written with global batch 32 (1 rank x batch 32 x accumulation 1)" \
+    assert "step 30 was written with global batch 32 (1 rank x batch 32 x accumulation 1)" \
         in lines[0] and "this launch has 2 ranks x batch 32" in lines[0]
     assert "--batch_size in {1, 2, 4, 8, 16} on 2 ranks" in lines[0]
     assert "Fix: relaunch so, or pass --allow_global_batch_change" in lines[0]
     assert "resumed from step" not in output
-    assert _ckpts(ck) == ["ckpt-000000010", "ckpt-000000020"]  # nothing overwritten
+    assert batch_change["after_refusal"] == ["ckpt-000000030"]  # nothing written
 
-    allowed = run_cli(horovodrun(2, "gloo", common + ["--allow_global_batch_change",
-                                                      f"--summary_json={tmp_path}/s.json"]),
-                      timeout=300)
+    allowed = batch_change["allowed"]
     assert allowed.returncode == 0, allowed.stderr[-4000:]
-    resumed = json.loads((tmp_path / "s.json").read_text())["resumed"]
-    assert resumed["step"] == 20 and "global batch 32 -> 64 (--allow_global_batch_change), " \
+    resumed = json.loads(batch_change["summary"].read_text())["resumed"]
+    assert resumed["step"] == 30 and "global batch 32 -> 64 (--allow_global_batch_change), " \
         "learning rate x2 (linear in the global batch), warmup not repeated" in resumed["change"]
     with open(ck / "ckpt-000000040" / "meta.json") as f:
         assert json.load(f)["lr_schedule"]["scale"] == 2.0  # 1 x 64/32: the new global batch
@@ -182,42 +210,43 @@ def _bounded(job, timeout: float) -> str:
     return out
 
 
-def test_a_checkpoint_write_that_never_ends_is_bounded_and_the_relaunch_resumes(tmp_path):
+def test_a_checkpoint_write_that_never_ends_is_bounded_and_the_relaunch_resumes(
+        tmp_path, batch_change):
     """Issue 55 item 3: a write that never ends (--inject_delay=checkpoint:600@0, a stuck
     mount) kept every rank alive in its rounds, in silence, forever. Now the chief says it
     is still writing, and past --checkpoint_timeout_s every rank ends with one line naming
     the write and its path, exit 75; the relaunch resumes from the committed checkpoint
     before it. Its own launches: the write must outlast its bound, which no other
     scenario's flags may (test_local_phases.py's slow writes must end well), and there
-    must be a committed checkpoint first: one process at the same global batch (64) writes
-    it, the cheapest launch that does."""
+    must be a committed checkpoint first at the same global batch (64): the global-batch
+    test's allowed relaunch wrote step 40's (until issue 64, a 1-process run of this test's
+    own wrote step 10's). The bound, 9 s, is past the first "still writing" line (8 s: a
+    line every collective bound) and ends the job at its 5th 2 s round."""
+    assert batch_change["allowed"].returncode == 0, batch_change["allowed"].stderr[-4000:]
     ck = tmp_path / "CK"
-    first = run_cli(TRAIN + SMALL + ["--batch_size=64", "--max_steps=10",
-                                     f"--checkpoint_dir={ck}"], timeout=300)
-    assert first.returncode == 0, first.stderr[-3000:]
-    common = ["--intra_op_threads=1", "--eval_every_epochs=0", "--log_every=10",
-              "--checkpoint_every=10", "--max_steps=20", "--collective_timeout_s=8",
-              f"--checkpoint_dir={ck}"]
+    shutil.copytree(batch_change["ck"], ck)
+    common = TWO_RANKS + ["--log_every=10", "--max_steps=50", "--collective_timeout_s=8",
+                          f"--checkpoint_dir={ck}"]
     started = time.monotonic()
     output = _bounded(start_job(horovodrun(2, "gloo", common + [
-        "--inject_delay=checkpoint:600@0", "--checkpoint_timeout_s=12"]), "ckpt-stuck"), 240)
+        "--inject_delay=checkpoint:600@0", "--checkpoint_timeout_s=9"]), "ckpt-stuck"), 240)
     print(f"\n[checkpoint bound] a write stuck for 600 s ended the job in "
           f"{time.monotonic() - started:.0f} s")
     assert "Process 0 exit with status code 75" in output, output[-4000:]
-    path = os.path.join(str(ck), commit.name(20))
+    path = os.path.join(str(ck), commit.name(50))
     stopped = sorted(line for line in output.splitlines() if "horovod_train: stopped:" in line)
     assert [line.split(">", 1)[0] for line in stopped] == ["[0]<stderr", "[1]<stderr"], \
         output[-4000:]
     for rank, line in enumerate(stopped):
-        assert f"rank {rank}: the chief's checkpoint write of step 20 to {path} has not ended " \
-               f"after 14 s (limit 12 s: --checkpoint_timeout_s" in line, line
+        assert f"rank {rank}: the chief's checkpoint write of step 50 to {path} has not ended " \
+               f"after 10 s (limit 9 s: --checkpoint_timeout_s" in line, line
     # Every 8 s (the collective bound) while it runs long, as a long evaluation does.
     assert f"checkpoint | still writing {path} after 8 s" in output, output[-4000:]
     assert "peer" not in output
-    assert [s for s, p in checkpoint.list_checkpoints(str(ck))
-            if commit.inspect(p).why_not is None] == [10]
+    assert sorted(s for s, p in checkpoint.list_checkpoints(str(ck))
+                  if commit.inspect(p).why_not is None) == [30, 40]
 
     again = run_cli(horovodrun(2, "gloo", common), timeout=300)  # the same, without the delay
     assert again.returncode == 0, again.stderr[-4000:]
-    assert "resumed from step 10" in again.stdout + again.stderr
-    assert _marked(ck) == ["ckpt-000000010", "ckpt-000000020"]
+    assert "resumed from step 40" in again.stdout + again.stderr
+    assert _marked(ck) == ["ckpt-000000030", "ckpt-000000040", "ckpt-000000050"]
