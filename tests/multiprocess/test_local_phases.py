@@ -16,6 +16,9 @@ from helpers import ROOT, child_env, run_cli
 from ranks import assert_ranks_identical, free_ports, horovodrun, rank_pid, run_ranks, tf_config
 
 TRAIN = [sys.executable, "-m", "horovod_train"]
+# The first epoch and 3 steps of the second: an evaluation at the first epoch's end with
+# training after it, and the final one. digits (1437 examples), batch 32: 44 steps an
+# epoch on 1 process, 22 on 2 ranks.
 SHORT = ["--epochs=2", "--log_every=10", "--eval_every_epochs=1"]
 
 pytestmark = pytest.mark.slow
@@ -25,23 +28,30 @@ def test_one_process_evaluation_longer_than_the_timeout_ends_well(tmp_path):
     """The reported run in miniature: 1 process, its evaluation longer than
     --collective_timeout_s. It ended with exit 75 and a peer message; there is no peer."""
     summary = tmp_path / "summary.json"
-    proc = run_cli(TRAIN + SHORT + ["--collective_timeout_s=2", "--inject_delay=eval:5@0",
-                                    f"--summary_json={summary}"], timeout=300)
+    proc = run_cli(TRAIN + SHORT + ["--max_steps=47", "--collective_timeout_s=2",
+                                    "--inject_delay=eval:5@0", f"--summary_json={summary}"],
+                   timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "peer" not in proc.stderr and "watchdog" not in proc.stderr
-    assert json.loads(summary.read_text())["test_accuracy"] >= 0.9
+    result = json.loads(summary.read_text())
+    assert result["test_accuracy"] >= 0.9
+    assert [step for step, _ in result["accuracy_history"]] == [44, 47]  # both evaluations
     # The long phase shows its progress instead.
     assert re.search(r"eval  \| .*still evaluating", proc.stderr), proc.stderr[-3000:]
 
 
 def test_slow_evaluation_and_checkpoint_write_on_one_rank_of_two(tmp_path):
     """Rank 1 evaluates 6 s longer each time and rank 0 writes each checkpoint 6 s
-    longer, against a 3 s bound: both end 0, with the right accuracy, identical."""
+    longer, against a 3 s bound: both end 0, with the right accuracy, identical. Two of
+    each, as before issue 64 (then over 44 steps): a write at step 20 and an evaluation
+    at the epoch's end (22), each with training after it, and the final ones (25)."""
     pytest.importorskip("horovod.tensorflow")
     summary = run_ranks(horovodrun(2, "gloo", SHORT + [
-        "--collective_timeout_s=3", "--inject_delay=eval:6@1,checkpoint:6@0",
-        f"--checkpoint_dir={tmp_path}/ckpt", "--checkpoint_every=40"]), tmp_path)
+        "--max_steps=25", "--collective_timeout_s=3", "--inject_delay=eval:6@1,checkpoint:6@0",
+        f"--checkpoint_dir={tmp_path}/ckpt", "--checkpoint_every=20"]), tmp_path)
     assert summary["test_accuracy"] >= 0.9
+    assert [step for step, _ in summary["accuracy_history"]] == [22, 25]
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["ckpt-000000020", "ckpt-000000025"]
     assert "peer" not in summary["_stderr"]
     assert_ranks_identical(summary, tmp_path, 2)
 
