@@ -3,8 +3,9 @@
 accumulated micro-batches on 2 ranks, against one process with batches of 24; the chief
 writes the gaps, digests and update counts to argv[1].
 
-htk.Strategy(intra_op_threads=1): in a rank session TensorFlow's pools are fixed by an
-earlier job already, and the session's TF_NUM_INTRAOP_THREADS=1 gave them one thread.
+htk.Strategy(intra_op_threads=1): in a rank session TensorFlow's pools were made by an
+earlier job, with the one thread of the session's TF_NUM_INTRAOP_THREADS=1; TF accepts
+the same count again, so the request holds as in a launch of its own.
 """
 import json, sys
 import numpy as np

@@ -31,9 +31,11 @@ conftest.py lists; a new job's author checks the same):
   Under MWMS the strategy cannot be joined twice (TF configures its collectives once per
   process, and the server holds the port a second rendezvous would bind), so an MWMS
   session keeps the first job's strategy ("rejoin": false) and its jobs join through it.
-- TensorFlow's thread pools are fixed at its first op: a later job's thread request is
-  logged and ignored (runtime.configure_threads); the session's environment sets
-  TF_NUM_INTRAOP_THREADS=1, the value every job asked for or would get on 2 cores.
+- TensorFlow's thread pools are fixed at its first op: a later job asking for other
+  counts gets a warning and the pools as they are (runtime.configure_threads). The
+  sessions set TF_NUM_INTRAOP_THREADS=1, so the first job's pools have the one thread
+  the others ask for (keras_accumulation_worker's intra_op_threads=1), and TF takes the
+  same value again without a word: the request holds as in a launch of its own.
 - The working directory, sys.argv and sys.path[0] are restored after each job.
 
 Only the standard library here: the ranks load TensorFlow through the jobs.
