@@ -36,13 +36,20 @@ train: setup
 	  print('summary: %d ranks, test accuracy %.4f, %.0f samples/s, identical weights on all ranks: %s' % \
 	  (s['world_size'], s['test_accuracy'], s['samples_per_sec'], len(set(s['weight_digests'])) == 1))"
 
-# Every tier, slow multi-process tests included (this is what CI runs), one test at a
-# time. The 20 slowest tests and each tier's seconds (tests/conftest.py) are printed
-# before the closing line, so a CI log shows where its time went (docs/testing.md).
+# Every tier (this is what CI runs), in two pytest sessions on 2 workers each: the fast
+# tiers spread test by test (as test-fast), then the slow tiers with each file, and the
+# files that share a session scenario, kept in one worker (tests/worker_groups.py), so no
+# launch runs twice. A rank spends much of its life waiting (imports, rendezvous, peers),
+# so two launches at once fill the cores one leaves idle (docs/testing.md). Both sessions
+# always run; make fails if either did. Each prints its 20 slowest tests and its `tiers |`
+# line (tests/conftest.py) before its closing line, so a CI log shows where time went.
 test: setup
-	python -m pytest --durations=20 tests
+	python -m pytest -n 2 --durations=20 -m "not slow" tests; fast=$$?; \
+	  python -m pytest -n 2 --dist loadgroup --durations=20 -m slow tests; slow=$$?; \
+	  echo "make test: fast tiers exit $$fast, slow tiers exit $$slow"; \
+	  exit $$(( fast != 0 || slow != 0 ))
 
-# The fast tier alone (unit and tf: no test that starts processes), on 2 workers: 90 s
+# The fast tiers alone (unit and tf: no test that starts processes), on 2 workers: 90 s
 # against 140 s one at a time on 2 cores (docs/testing.md).
 test-fast: setup
 	python -m pytest -n 2 -m "not slow" tests

@@ -9,6 +9,7 @@ import pathlib
 
 import pytest
 
+import worker_groups
 from process_count import ProcessCounter
 
 HERE = pathlib.Path(__file__).parent
@@ -39,15 +40,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in tier_markers(pathlib.Path(item.fspath)):
             item.add_marker(getattr(pytest.mark, name))
+    # Under `-n 2 --dist loadgroup` (the slow tiers in `make test`) a group runs in one
+    # worker, so no scenario launches twice (worker_groups.py); elsewhere the marks are inert.
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    for item, group in worker_groups.groups(slow).items():
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 class TierClock:
     """Seconds and tests per tier (setup + call + teardown, so a scenario's shared launch
     counts where it ran), and the Python processes and ranks each tier started
     (process_count.py: what a multi-rank test pays for), printed at the end, so every
-    `make test` shows where its wall time went. `make test` runs one test at a time, so
-    they add up to its wall time (under pytest -n, to the workers' summed time, and a
-    process counts toward the tier of either worker's test).
+    `make test` shows where its time went. Under pytest -n (both of `make test`'s
+    sessions) the seconds are the workers' summed time, about twice the wall time, and a
+    process counts toward the tier of the test that started last in either worker.
     A plugin registered per session (pytest_configure), not module state."""
 
     def __init__(self):
