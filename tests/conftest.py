@@ -6,6 +6,7 @@ It holds the one rule for tiers: a test's directory sets its markers (TIERS), so
 carries a mark of its own and none can be forgotten. `make test-fast` runs -m "not slow";
 `make test` runs everything (docs/testing.md)."""
 import pathlib
+import time
 
 import pytest
 
@@ -59,8 +60,10 @@ class TierClock:
     def __init__(self):
         self.seconds, self.tests = {}, {}
         self.counter = ProcessCounter()
+        self.started = time.monotonic()
 
     def pytest_sessionstart(self, session):
+        self.started = time.monotonic()
         self.counter.start()
 
     def pytest_sessionfinish(self, session):
@@ -82,7 +85,8 @@ class TierClock:
     def line(self) -> str:
         parts = [f"{tier} {self.tests.get(tier, 0)} tests {self.seconds[tier]:.0f} s"
                  f"{self.counter.words(tier)}" for tier in TIERS if tier in self.seconds]
-        return "tiers | " + " | ".join(parts) + f" | all {sum(self.seconds.values()):.0f} s"
+        return ("tiers | " + " | ".join(parts) + f" | all {sum(self.seconds.values()):.0f} s"
+                f" in {time.monotonic() - self.started:.0f} s of wall time")
 
 
 def tier_name(fspath) -> str:
