@@ -21,7 +21,7 @@ import time
 import slurm_fixture
 from helpers import run_cli
 # The one-node cluster fixture and the job helpers of the Slurm scenarios (issue 42's).
-from test_slurm_local import ACTIVE, STOPPED, _state, _steps, one_node  # noqa: F401
+from test_slurm_local import ACTIVE, STOPPED, _steps, one_node  # noqa: F401
 
 # digits_cnn on one rank, held to at most 20 steps/s by a 50 ms delay before each step, so
 # the step count is a lower bound on the run's seconds: STEPS = 46 s of training. The
@@ -48,6 +48,18 @@ def _wait(what: str, condition, tmp_path, timeout=JOB_TIMEOUT_S) -> float:
     return time.monotonic() - started
 
 
+def _over(cluster, job_id: str, cwd) -> bool:
+    """Whether the job has ended: squeue shows it in none of the active states, or no
+    longer knows it. SIGNALING is active too: squeue shows it for the moment slurmctld
+    delivers the early signal, and reading the output then caught the job mid-stop."""
+    proc = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"], cwd=cwd, timeout=60)
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:  # purged after MinJobAge: it has ended
+            return True
+        print(f"squeue failed ({proc.returncode}), asking again: {proc.stderr.strip()}")
+        return False
+    return proc.stdout.strip() not in (*ACTIVE, "SIGNALING")
+
 def test_a_job_at_its_time_limit_checkpoints_early_and_the_same_script_resumes(
         one_node, tmp_path):
     ckpt, summary = tmp_path / "ckpt", tmp_path / "summary.json"
@@ -68,7 +80,7 @@ def test_a_job_at_its_time_limit_checkpoints_early_and_the_same_script_resumes(
                                cwd=tmp_path, timeout=60)
         assert limited.returncode == 0, limited.stderr
         ended_s = _wait("end of the time-limited job",
-                        lambda: _state(one_node, first, tmp_path) not in ACTIVE, tmp_path)
+                        lambda: _over(one_node, first, tmp_path), tmp_path)
     finally:
         one_node.run(["scancel", first], cwd=tmp_path, timeout=60)
     print(f"time-limited job ended {ended_s:.0f} s after its limit became 1 minute")
