@@ -348,7 +348,9 @@ RELAUNCH_STEPS = 1000
 RELAUNCH_FLAGS = [flag for flag in FLAGS if not flag.startswith("--max_steps=")] + [
     f"--max_steps={RELAUNCH_STEPS}", "--epochs=100", "--checkpoint_every=50", "--batch_size=32"]
 STOPPED = re.compile(r"stopped on SIGTERM at step (\d+), after writing a checkpoint there")
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+# SIGNALING: squeue's state while slurmctld delivers a signal (scancel -s, the early
+# time-limit signal): the job is still running.
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SIGNALING")
 
 
 def _steps(ckpt) -> list[int]:
