@@ -56,6 +56,25 @@ for name, (make_opt, jit) in VARIANTS.items():
     dist.fit(*strategy.shard((x, y)), batch_size=6, epochs=2, shuffle=False, verbose=0,
              callbacks=strategy.callbacks())
     dists[name] = (dist, strategy.weight_digests(dist))
+
+# mixed_float16 without XLA (the example runs of test_keras_fit use fp16 under XLA only):
+# rank 1 alone finds its gradients inf at the 3rd update; both ranks skip it and halve
+# the scale, and stay identical.
+keras.utils.set_random_seed(strategy.rank)
+with strategy.scope():
+    fp16 = keras.Sequential([keras.Input((6,)),
+                             keras.layers.Dense(8, activation="relu", dtype="mixed_float16"),
+                             keras.layers.Dense(2, dtype="float32")])
+    fp16_opt = strategy.distributed_optimizer(keras.optimizers.SGD(0.2), loss_scale=True,
+                                              inject_nonfinite=(3, 1))
+    fp16.compile(fp16_opt, loss, jit_compile=False)
+fp16.fit(*strategy.shard((x, y)), batch_size=6, epochs=2, shuffle=False, verbose=0,
+         callbacks=strategy.callbacks())
+fp16_skips = strategy.gather([fp16_opt.skipped_steps, fp16_opt.dynamic_scale.numpy()])
+fp16_run = {"digests": strategy.weight_digests(fp16), "skipped": fp16_skips[:, 0].tolist(),
+            "scale": fp16_skips[:, 1].tolist(), "updates": int(fp16_opt.iterations.numpy()),
+            "compute_dtype": fp16.layers[0].compute_dtype}
+
 if strategy.is_chief:  # the same updates in one process: batches of 24, plain SGD
     keras.utils.set_random_seed(0)
     ref = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
@@ -75,5 +94,6 @@ if strategy.is_chief:  # the same updates in one process: batches of 24, plain S
         out[name] = {"digests": digests, "gap": gap,
                      "updates": int(dist.optimizer.iterations.numpy()),
                      "split": type(dist.train_step).__name__}
+    out["fp16_skip"] = fp16_run
     with open(sys.argv[1], "w") as f:
         json.dump(out, f)
