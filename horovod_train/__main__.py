@@ -163,6 +163,10 @@ def _leave_peer_lost(lost: str):
     SIGTERM, which ends it with 75 too."""
     import signal
     from horovod_train import local_peers, watchdog
+    if watchdog.ENDING.is_set():  # the watchdog has said why and ends the process itself
+        import time
+        time.sleep(60)  # bounded: should its os._exit never come, leave with its code
+        _leave(watchdog.EXIT_PEER_LOST)
     gone = local_peers.gone_ranks()
     ended = f"rank {', '.join(map(str, gone))} ended on this host, and " if gone else ""
     console.last_line(f"horovod_train: stopped: {ended}{lost}")

@@ -36,6 +36,11 @@ PEER_LOST_SETTLE_S = 3.0
 # summary (stacks.report). A backend whose collectives have a timeout of their own (MWMS)
 # sets it this much later, so the watchdog, which sees the live stacks, speaks first.
 REPORT_MARGIN_S = PEER_LOST_SETTLE_S + 2.0
+# Set once this process has begun to end itself here (its one stopped line said). The
+# process ends once, so this is process-wide on purpose: a collective that times out in
+# the main thread while the stacks are dumped (a loaded host can take longer than
+# REPORT_MARGIN_S) must not print a second, different stopped line (test_local_phases).
+ENDING = threading.Event()
 
 
 class StepWatchdog:
@@ -158,6 +163,7 @@ def exit_to_resume(message: str, label: str, settle_s: float = 0.0, then=None):
     """Ends this process with `message` and exit 75 (a relaunch resumes); then(message)
     after the line (the stacks). settle_s: a pause after both, so that every rank ending
     at once prints its own line before a launcher ends the job for the first one gone."""
+    ENDING.set()
     logging.error("%s | %s", label, message)
     # Not through logging's filter: a --checkpoint_dir URL's credentials masked here.
     console.last_line(f"horovod_train: stopped: {message}")
