@@ -38,7 +38,7 @@ train: setup
 
 # Every tier (this is what CI runs), in two pytest sessions: the fast tiers on 2 workers
 # (as test-fast), then the slow tiers one test at a time. The slow tiers on 2 workers
-# (-n 2 --dist loadgroup, tests/worker_groups.py) took half the wall time, but four
+# (-n 2 --dist loadgroup, tests/worker_groups.py) took 0.6 of the wall time, but two
 # timing-sensitive tests failed under that load (docs/testing.md), so CI waits for them.
 # Both sessions always run; make fails if either did. Each prints its 20 slowest tests and
 # its `tiers |` line (tests/conftest.py) before its closing line, so a CI log shows where

@@ -118,9 +118,10 @@ def test_on_a_terminal_the_chief_draws_a_bar_under_horovodrun(controller, tag):
     # Drawn on the terminal by the chief itself, not a line through the launcher.
     assert not re.search(r"<std(?:err|out)>:[^\n]*\[#", shown), shown[-4000:]
     assert f"{tag}train | step {BAR_STEPS}/{BAR_STEPS} |" in shown  # lines still come, through the launcher
-    # Each line starts a row, or the cleared bar's row: none lands inside a bar.
+    # Each line starts a row, or the cleared bar's row: none lands inside a bar. The first
+    # may start the output (horovodrun's build check no longer prints TensorFlow's lines).
     starts = [m.start() for m in re.finditer(r"\[\d+(?:,\d+)?\]<std", shown)]
-    assert all(shown[:i].endswith(("\n", "\x1b[K")) for i in starts), shown[-4000:]
+    assert all(i == 0 or shown[:i].endswith(("\n", "\x1b[K")) for i in starts), shown[-4000:]
 
 
 def test_under_ci_the_ranks_of_horovodrun_print_only_our_lines_and_no_bar(tmp_path):

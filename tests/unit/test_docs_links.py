@@ -42,7 +42,7 @@ OUTSIDE_FLAGS = {
     "no-binary", "no-build-isolation", "no-deps", "no-cache-dir", "upgrade", "sdist", "wheel",
     "index-url", "extra-index-url", "system-site-packages", "editable", "break-system-packages",
     # pytest
-    "strict-markers", "durations", "timeout", "lf", "collect-only",
+    "strict-markers", "durations", "timeout", "lf", "collect-only", "dist",
     # TensorBoard, ssh, git, ip
     "logdir", "port", "bind_all", "depth", "netns",
     # not a flag of anything: observability.md says why ours is not called that
