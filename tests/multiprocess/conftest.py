@@ -76,7 +76,6 @@ def gloo_session(tmp_path_factory) -> RankSession:
     a timeline on request (hvd_api), one intra-op thread (gloo_reduce, packed; what the
     others get on 2 cores too), a 60 s Gloo timeout (the late rank's re-init rounds); no
     job's check depends on another's variable being absent."""
-    pytest.importorskip("horovod.tensorflow")
     return start_session(tmp_path_factory.mktemp("gloo_session"), horovodrun_2("gloo"),
                          GLOO_JOBS, True, HOROVOD_TIMELINE="DYNAMIC", TF_NUM_INTRAOP_THREADS=1,
                          HOROVOD_GLOO_TIMEOUT_SECONDS=60)
@@ -85,7 +84,6 @@ def gloo_session(tmp_path_factory) -> RankSession:
 @pytest.fixture(scope="session")
 def mpi_session(tmp_path_factory) -> RankSession:
     """MPI_JOBS under horovodrun --mpi -np 2: a timeline on request, one intra-op thread."""
-    pytest.importorskip("horovod.tensorflow")
     return start_session(tmp_path_factory.mktemp("mpi_session"), horovodrun_2("mpi"),
                          MPI_JOBS, True, HOROVOD_TIMELINE="DYNAMIC", TF_NUM_INTRAOP_THREADS=1)
 

@@ -24,7 +24,6 @@ def test_gloo_allreduce_matches_numpy_and_every_rank_gets_the_same_bytes(tmp_pat
         out = gloo_session.job_dir("gloo_reduce")
     else:
         out = tmp_path
-        pytest.importorskip("horovod.tensorflow")
         argv = [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
                 "--gloo", sys.executable, WORKER, str(out)]
         proc = run_cli(argv, timeout=300, env=child_env(TF_NUM_INTRAOP_THREADS=1))
