@@ -16,9 +16,14 @@ BIN = os.path.dirname(sys.executable)
 TRAIN = [sys.executable, "-m", "horovod_train"]
 
 
-def horovodrun(np_: int, controller: str, args) -> list[str]:
+def horovodrun_launcher(np_: int, controller: str) -> list[str]:
+    """horovodrun's argv for np_ local ranks, up to the command it starts."""
     return [os.path.join(BIN, "horovodrun"), "-np", str(np_), "-H", f"localhost:{np_}",
-            f"--{controller}", *TRAIN, *args]
+            f"--{controller}"]
+
+
+def horovodrun(np_: int, controller: str, args) -> list[str]:
+    return [*horovodrun_launcher(np_, controller), *TRAIN, *args]
 
 
 def mpirun(np_: int, args) -> list[str]:

@@ -9,13 +9,12 @@ reads its job's output dir (RankSession.job_dir) and fails with the job's own tr
 if the job did not finish. A test asks for its session fixture by name (not through
 request.getfixturevalue), so tests/worker_groups.py keeps every reader of a session in
 one pytest-xdist worker and the launch runs once."""
-import os
 import sys
 
 import pytest
 
 from rank_session_launch import OUT, RankSession, SessionJob, start_session
-from ranks import BIN, free_ports, horovodrun, run_ranks
+from ranks import free_ports, horovodrun, horovodrun_launcher, run_ranks
 from scenarios import MPI_XLA, REFERENCE, Job
 
 
@@ -33,10 +32,6 @@ def mpi_xla(tmp_path_factory) -> Job:
     pytest.importorskip("horovod.tensorflow")
     run_dir = tmp_path_factory.mktemp("mpi_xla")
     return Job(run_ranks(horovodrun(2, "mpi", MPI_XLA), run_dir), run_dir)
-
-
-def horovodrun_2(controller: str) -> list[str]:
-    return [os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", f"--{controller}"]
 
 
 # The jobs of each launcher's session, in order; the test file that reads each is named.
@@ -76,7 +71,7 @@ def gloo_session(tmp_path_factory) -> RankSession:
     a timeline on request (hvd_api), one intra-op thread (gloo_reduce, packed; what the
     others get on 2 cores too), a 60 s Gloo timeout (the late rank's re-init rounds); no
     job's check depends on another's variable being absent."""
-    return start_session(tmp_path_factory.mktemp("gloo_session"), horovodrun_2("gloo"),
+    return start_session(tmp_path_factory.mktemp("gloo_session"), horovodrun_launcher(2, "gloo"),
                          GLOO_JOBS, True, HOROVOD_TIMELINE="DYNAMIC", TF_NUM_INTRAOP_THREADS=1,
                          HOROVOD_GLOO_TIMEOUT_SECONDS=60)
 
@@ -84,7 +79,7 @@ def gloo_session(tmp_path_factory) -> RankSession:
 @pytest.fixture(scope="session")
 def mpi_session(tmp_path_factory) -> RankSession:
     """MPI_JOBS under horovodrun --mpi -np 2: a timeline on request, one intra-op thread."""
-    return start_session(tmp_path_factory.mktemp("mpi_session"), horovodrun_2("mpi"),
+    return start_session(tmp_path_factory.mktemp("mpi_session"), horovodrun_launcher(2, "mpi"),
                          MPI_JOBS, True, HOROVOD_TIMELINE="DYNAMIC", TF_NUM_INTRAOP_THREADS=1)
 
 
