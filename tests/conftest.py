@@ -5,7 +5,10 @@ lets every tier `from helpers import ...`.
 It holds the one rule for tiers: a test's directory sets its markers (TIERS), so no file
 carries a mark of its own and none can be forgotten. `make test-fast` runs -m "not slow";
 `make test` runs everything (docs/testing.md)."""
+import os
 import pathlib
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -41,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in tier_markers(pathlib.Path(item.fspath)):
             item.add_marker(getattr(pytest.mark, name))
-    # Under `-n 2 --dist loadgroup` (the slow tiers in `make test`) a group runs in one
+    # Under `-n 2 --dist loadgroup` (`make test`) a group of slow tests runs in one
     # worker, so no scenario launches twice (worker_groups.py); elsewhere the marks are inert.
     slow = [item for item in items if item.get_closest_marker("slow")]
     for item, group in worker_groups.groups(slow).items():
@@ -94,6 +97,21 @@ def tier_name(fspath) -> str:
     return parts[parts.index("tests") + 1] if "tests" in parts else "?"
 
 
+# Open MPI's variable for where mpirun and orted keep their session directories.
+OMPI_TMPDIR_VAR = "OMPI_MCA_orte_tmpdir_base"
+
+
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # under pytest -n, the controller alone counts
         config.pluginmanager.register(TierClock(), "tier_clock")
+    # Each pytest process (each -n worker) gives the Open MPI jobs it starts a session
+    # directory of its own: in the shared /tmp/ompi.<host>.<uid>, one worker's job ending
+    # removed what another's was creating, and orted failed to start (seen under -n 2 in
+    # test_mpirun_daemons_start_on_every_try). Short, under /tmp: Open MPI puts Unix
+    # sockets there. Children inherit it (helpers.child_env copies os.environ).
+    config._ompi_tmpdir = tempfile.mkdtemp(prefix="ompi-")
+    os.environ[OMPI_TMPDIR_VAR] = config._ompi_tmpdir
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "_ompi_tmpdir", ""), ignore_errors=True)
