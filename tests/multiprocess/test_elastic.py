@@ -24,6 +24,10 @@ COMMIT_EVERY = 5
 # cooldown, a new rank's start: tens of seconds) on a fast host: at 450 the 2-rank ring
 # finished the run before the third rank could join, once Gloo's allreduce got faster.
 MAX_STEPS = 3000
+# A dead peer shows as a closed connection to some ranks and as a receive that times out to
+# others: at Gloo's default of 30 s the ring of 2 formed 30 s after the kill. 20 s still
+# covers the ranks' start and first tracing under load (test_keras_elastic uses it too).
+DEAD_PEER_TIMEOUT = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "20"}
 
 
 def _discovery(tmp_path):
@@ -76,7 +80,7 @@ def test_elastic_shrinks_on_a_lost_host_grows_back_and_ends_identical(tmp_path):
             "--epochs=1000", f"--max_steps={MAX_STEPS}", "--log_every=5", "--eval_every_epochs=0",
             "--model=digits_mlp", "--collective_timeout_s=120",
             f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
-    log = Log(start_job(argv, tag))
+    log = Log(start_job(argv, tag, **DEAD_PEER_TIMEOUT))
     log.wait_for(r"ring of 3 ranks")
     log.wait_for(r"elastic \| committed step (\d+)", count=4)
     # The host 127.0.0.1 goes away: out of discovery, and its rank dies mid-interval.

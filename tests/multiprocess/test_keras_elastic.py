@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from ranks import BIN, start_job
-from test_elastic import Log
+from test_elastic import DEAD_PEER_TIMEOUT, Log
 
 pytest.importorskip("horovod.tensorflow")
 
@@ -29,8 +29,6 @@ EPOCHS, BATCH, LR, EVERY = 6, 32, 0.002, 5  # the script's defaults, written out
 TRAIN_SAMPLES = 1400
 KILL_AT = (2, 7)  # (epoch, batch): mid-epoch, two batches past a commit
 ALL_HOSTS = "localhost:2\n127.0.0.1:1\n"
-# A dead peer shows as a closed connection to some ranks, as a recv timeout to others.
-FAST = {"HOROVOD_GLOO_TIMEOUT_SECONDS": "20"}
 
 
 def steps_per_epoch(size: int) -> int:
@@ -68,7 +66,7 @@ def elastic_job(tmp_path, np_, min_np, hosts_text, **env):
             sys.executable, SCRIPT, f"--result_dir={results}", f"--epochs={EPOCHS}",
             f"--batch_size={BATCH}", f"--lr={LR}", f"--batches_per_commit={EVERY}",
             "--divergence_check_steps=10"]
-    return Log(start_job(argv, uuid.uuid4().hex, **FAST, **env)), hosts, results
+    return Log(start_job(argv, uuid.uuid4().hex, **DEAD_PEER_TIMEOUT, **env)), hosts, results
 
 
 def read_results(results) -> list[dict]:
