@@ -36,18 +36,13 @@ train: setup
 	  print('summary: %d ranks, test accuracy %.4f, %.0f samples/s, identical weights on all ranks: %s' % \
 	  (s['world_size'], s['test_accuracy'], s['samples_per_sec'], len(set(s['weight_digests'])) == 1))"
 
-# Every tier (this is what CI runs), in two pytest sessions: the fast tiers on 2 workers
-# (as test-fast), then the slow tiers one test at a time. The slow tiers on 2 workers
-# (-n 2 --dist loadgroup, tests/worker_groups.py) took 0.6 of the wall time, but two
-# timing-sensitive tests failed under that load (docs/testing.md), so CI waits for them.
-# Both sessions always run; make fails if either did. Each prints its 20 slowest tests and
-# its `tiers |` line (tests/conftest.py) before its closing line, so a CI log shows where
-# the time went.
+# Every tier (this is what CI runs), in one pytest session on 2 workers. A group (a file,
+# or the files sharing a session scenario: tests/worker_groups.py) runs in one worker, so
+# no scenario launches twice; the unit and tf tests, one at a time, fill the gaps the
+# long groups leave. The session prints its 30 slowest tests and its `tiers |` line
+# (tests/conftest.py) before its closing line, so a CI log shows where the time went.
 test: setup
-	python -m pytest -n 2 --durations=20 -m "not slow" tests; fast=$$?; \
-	  python -m pytest --durations=20 -m slow tests; slow=$$?; \
-	  echo "make test: fast tiers exit $$fast, slow tiers exit $$slow"; \
-	  exit $$(( fast != 0 || slow != 0 ))
+	python -m pytest -n 2 --dist loadgroup --durations=30 tests
 
 # The fast tiers alone (unit and tf: no test that starts processes), on 2 workers: 90 s
 # against 140 s one at a time on 2 cores (docs/testing.md).
