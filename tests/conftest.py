@@ -40,6 +40,12 @@ def tier_markers(path: pathlib.Path) -> tuple:
     return TIERS[directory]
 
 
+# tryfirst: pytest-xdist's worker reads the xdist_group marks in a hook of its own,
+# registered after this file and so called before it unless told otherwise; the marks must
+# be there by then, or under loadgroup every test is its own group and a file's scenario
+# launches in both workers (test_worker_groups.py). pytest's -m selection, later, reads
+# the tier marks too.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in tier_markers(pathlib.Path(item.fspath)):
