@@ -14,6 +14,7 @@ import time
 import pytest
 
 import worker_groups
+from helpers import OMPI_TMPDIR_VAR
 from process_count import ProcessCounter
 
 HERE = pathlib.Path(__file__).parent
@@ -101,10 +102,6 @@ class TierClock:
 def tier_name(fspath) -> str:
     parts = pathlib.PurePath(str(fspath)).parts
     return parts[parts.index("tests") + 1] if "tests" in parts else "?"
-
-
-# Open MPI's variable for where mpirun and orted keep their session directories.
-OMPI_TMPDIR_VAR = "OMPI_MCA_orte_tmpdir_base"
 
 
 def pytest_configure(config):

@@ -9,6 +9,11 @@ import subprocess
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Open MPI's variable for where mpirun and orted keep their session directories (each pytest
+# process sets its own: tests/conftest.py).
+OMPI_TMPDIR_VAR = "OMPI_MCA_orte_tmpdir_base"
+
+
 def child_env(**extra) -> dict:
     """Environment for child processes: quiet TF, repo on the path, root-OK MPI."""
     env = dict(os.environ)

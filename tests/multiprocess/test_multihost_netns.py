@@ -14,11 +14,12 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 
-from helpers import ROOT, child_env, run_cli
+from helpers import OMPI_TMPDIR_VAR, ROOT, child_env, run_cli
 from ranks import BIN, TRAIN, assert_ranks_identical, load_weights, run_ranks
 
 
@@ -157,10 +158,19 @@ def test_mpirun_daemons_start_on_every_try(cluster, tmp_path):
     argv = (cluster.exec_argv(cluster.login) + LAUNCH
             + ["--launcher", "mpirun", "--launch_agent", AGENT,
                "--hostfile", _hostfile(cluster, tmp_path), "-np", "2", "--", "true"])
-    env = child_env(PATH=_path(), HVT_NETNS_NAMESPACES=" ".join(cluster.host_namespaces))
     failures = []
     for attempt in range(25):
-        proc = run_cli(argv, timeout=60, env=env)
+        # Each launch its own Open MPI session directory: the namespace hosts share one /tmp,
+        # and under load a launch's orted found `jf.<n>/0/<vpid>` left by an earlier launch
+        # ("mkdir ... File exists"), which separate hosts' disks never show.
+        # Short and under /tmp, as tests/conftest.py's: Open MPI puts Unix sockets there.
+        session_dir = tempfile.mkdtemp(prefix="ompi-")
+        env = child_env(PATH=_path(), HVT_NETNS_NAMESPACES=" ".join(cluster.host_namespaces),
+                        **{OMPI_TMPDIR_VAR: session_dir})
+        try:
+            proc = run_cli(argv, timeout=60, env=env)
+        finally:
+            shutil.rmtree(session_dir, ignore_errors=True)
         if proc.returncode != 0:
             failures.append((attempt, proc.returncode, proc.stderr[:400]))
     assert not failures, f"{len(failures)} of 25 launches failed; first: {failures[0]}"

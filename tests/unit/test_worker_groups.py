@@ -66,7 +66,7 @@ def test_under_loadgroup_each_files_tests_run_in_one_worker(tmp_path):
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     suite = tmp_path / "tests"
     (suite / "multiprocess").mkdir(parents=True)
-    for name in ("conftest.py", "worker_groups.py", "process_count.py"):
+    for name in ("conftest.py", "worker_groups.py", "process_count.py", "helpers.py"):
         shutil.copy(os.path.join(here, name), suite / name)
     for name in ("test_a", "test_b"):
         (suite / "multiprocess" / f"{name}.py").write_text(FILE_WITH_A_SCENARIO)
