@@ -8,13 +8,12 @@ carries a mark of its own and none can be forgotten. `make test-fast` runs -m "n
 import os
 import pathlib
 import shutil
-import tempfile
 import time
 
 import pytest
 
 import worker_groups
-from helpers import OMPI_TMPDIR_VAR
+from helpers import OMPI_TMPDIR_VAR, ompi_session_base
 from process_count import ProcessCounter
 
 HERE = pathlib.Path(__file__).parent
@@ -110,9 +109,9 @@ def pytest_configure(config):
     # Each pytest process (each -n worker) gives the Open MPI jobs it starts a session
     # directory of its own: in the shared /tmp/ompi.<host>.<uid>, one worker's job ending
     # removed what another's was creating, and orted failed to start (seen under -n 2 in
-    # test_mpirun_daemons_start_on_every_try). Short, under /tmp: Open MPI puts Unix
-    # sockets there. Children inherit it (helpers.child_env copies os.environ).
-    config._ompi_tmpdir = tempfile.mkdtemp(prefix="ompi-")
+    # test_mpirun_daemons_start_on_every_try). Children inherit it (helpers.child_env
+    # copies os.environ).
+    config._ompi_tmpdir = ompi_session_base()
     os.environ[OMPI_TMPDIR_VAR] = config._ompi_tmpdir
 
 

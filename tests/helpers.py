@@ -5,6 +5,7 @@ import contextlib
 import os
 import re
 import subprocess
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -12,6 +13,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Open MPI's variable for where mpirun and orted keep their session directories (each pytest
 # process sets its own: tests/conftest.py).
 OMPI_TMPDIR_VAR = "OMPI_MCA_orte_tmpdir_base"
+
+
+def ompi_session_base() -> str:
+    """A fresh directory for OMPI_TMPDIR_VAR: short and under /tmp, since Open MPI puts Unix
+    sockets below it (a path past 107 bytes cannot be bound). The caller removes it."""
+    return tempfile.mkdtemp(prefix="ompi-")
 
 
 def child_env(**extra) -> dict:

@@ -14,12 +14,11 @@ import os
 import secrets
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 import pytest
 
-from helpers import OMPI_TMPDIR_VAR, ROOT, child_env, run_cli
+from helpers import OMPI_TMPDIR_VAR, ROOT, child_env, ompi_session_base, run_cli
 from ranks import BIN, TRAIN, assert_ranks_identical, load_weights, run_ranks
 
 
@@ -163,8 +162,7 @@ def test_mpirun_daemons_start_on_every_try(cluster, tmp_path):
         # Each launch its own Open MPI session directory: the namespace hosts share one /tmp,
         # and under load a launch's orted found `jf.<n>/0/<vpid>` left by an earlier launch
         # ("mkdir ... File exists"), which separate hosts' disks never show.
-        # Short and under /tmp, as tests/conftest.py's: Open MPI puts Unix sockets there.
-        session_dir = tempfile.mkdtemp(prefix="ompi-")
+        session_dir = ompi_session_base()
         env = child_env(PATH=_path(), HVT_NETNS_NAMESPACES=" ".join(cluster.host_namespaces),
                         **{OMPI_TMPDIR_VAR: session_dir})
         try:

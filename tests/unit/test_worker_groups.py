@@ -1,7 +1,12 @@
 """tests/worker_groups.py: which slow tests share a pytest-xdist worker (a file is one
 group; files sharing one of our session fixtures are one group together)."""
+import os
+import shutil
+import subprocess
+import sys
 import types
 
+from helpers import ROOT
 from worker_groups import groups
 
 
@@ -45,7 +50,7 @@ def scenario():
     return "launched once"
 
 @pytest.mark.parametrize("case", range(6))
-def test_case(scenario, case, tmp_path_factory):
+def test_case(scenario, case):
     out = os.environ["HT_WORKER_LOG"]
     with open(out, "a") as f:
         f.write("%s %s\\n" % (__name__, os.environ["PYTEST_XDIST_WORKER"]))
@@ -59,15 +64,10 @@ def test_under_loadgroup_each_files_tests_run_in_one_worker(tmp_path):
     own; ours must mark the tests before that hook runs, or every test is its own group and
     a file's module scenario launches in both workers (seen: test_gpu_build's venv built
     by both at once, and both builds failed)."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     suite = tmp_path / "tests"
     (suite / "multiprocess").mkdir(parents=True)
     for name in ("conftest.py", "worker_groups.py", "process_count.py", "helpers.py"):
-        shutil.copy(os.path.join(here, name), suite / name)
+        shutil.copy(os.path.join(ROOT, "tests", name), suite / name)
     for name in ("test_a", "test_b"):
         (suite / "multiprocess" / f"{name}.py").write_text(FILE_WITH_A_SCENARIO)
     log = tmp_path / "workers.txt"
