@@ -65,6 +65,11 @@ install_apt_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 }
 
+# Installs into the venv with uv (pinned in requirements.txt), not pip: from its cache uv
+# links files in where pip unpacks every wheel again, so a fresh venv (each clean clone,
+# each CI run) takes about 6 s instead of 40. pip stays for the Horovod source build.
+pip_install() { "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "$@" </dev/null; }
+
 install_requirements() {
   [[ -x $VENV/bin/python ]] || { log "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
   local want have
@@ -72,8 +77,9 @@ install_requirements() {
   have=$(cat "$VENV/.requirements.sha256" 2>/dev/null || true)
   [[ $want == "$have" ]] && { log "python requirements present"; return; }
   log "installing python requirements (tensorflow is large: a few minutes the first time)"
-  "$VENV/bin/pip" install -q --upgrade pip setuptools wheel </dev/null
-  "$VENV/bin/pip" install -q -r "$REQUIREMENTS" </dev/null
+  "$VENV/bin/pip" install -q "$(grep -m1 '^uv==' "$ROOT/requirements.txt")" </dev/null
+  pip_install --upgrade pip setuptools wheel
+  pip_install -r "$REQUIREMENTS"
   echo "$want" >"$VENV/.requirements.sha256"
   REQUIREMENTS_CHANGED=1  # install_horovod checks that the Horovod there still loads
 }
@@ -211,7 +217,7 @@ install_horovod() {
 }
 
 install_checked() {
-  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$1" </dev/null
+  pip_install --no-deps --reinstall "$1"
   check_horovod_build
 }
 
@@ -246,7 +252,7 @@ horovod_site() {
       wheel=$(ls "$wheel_dir.new"/horovod-"$HOROVOD_VERSION"-*.whl | head -n1)
     fi
     rm -rf "$site.new"
-    "$VENV/bin/pip" install -q --no-deps --target "$site.new" "$wheel" </dev/null >&2
+    pip_install --no-deps --target "$site.new" "$wheel" >&2
     PYTHONPATH=$site.new check_horovod_build >&2
     if [[ -d $wheel_dir.new ]]; then  # cached only once it has passed the check
       rm -rf "$wheel_dir" && mv "$wheel_dir.new" "$wheel_dir"
@@ -266,7 +272,7 @@ install_package() {
     log "horovod_train installed (editable)"
     return
   fi
-  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT" </dev/null
+  pip_install --no-deps --no-build-isolation -e "$ROOT"
   echo "$stamp_want" >"$VENV/.package.stamp"
 }
 
