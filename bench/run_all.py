@@ -43,6 +43,7 @@ FIGURES = {
 CHILD_FIGURES = {
     "m6_input": ("input_pipeline.py", ["--short"], ["--profile"]),
     "divergence_overhead": ("divergence_overhead.py", ["--short"], []),
+    "evaluation": ("evaluation.py", ["--short"], []),
 }
 # Scripts that write a figure's JSON but are not run here, and why.
 DIAGNOSTICS = {
