@@ -42,13 +42,9 @@ def _dataset(shape, labels, classes, examples, batch):
 def _seconds(model, dataset, eager_batches) -> float:
     from horovod_train import evaluation
     from horovod_train.backends.local import LocalBackend
-    shipped, evaluation.EAGER_BATCHES = evaluation.EAGER_BATCHES, eager_batches
-    try:
-        start = time.perf_counter()
-        evaluation.evaluate(model, dataset, LocalBackend())
-        return time.perf_counter() - start
-    finally:
-        evaluation.EAGER_BATCHES = shipped
+    start = time.perf_counter()
+    evaluation.evaluate(model, dataset, LocalBackend(), eager_batches=eager_batches)
+    return time.perf_counter() - start
 
 
 def _one_model(name, kwargs, shape, labels, classes, examples, batch, rounds) -> dict:

@@ -40,7 +40,7 @@ def evaluate_shard(model, data, backend, label: str, *, batch_size: int, bound_s
 
 
 def evaluate(model, dataset, backend, round_s: float = rounds.ROUND_S_MAX, on_round=None,
-             progress=None) -> tuple[float, float, int]:
+             progress=None, eager_batches: int = EAGER_BATCHES) -> tuple[float, float, int]:
     """(accuracy, mean loss, predictions) over every rank's shard of the test set.
 
     Each rank evaluates its shard in rounds (rounds.in_rounds), so a rank whose shard
@@ -54,11 +54,12 @@ def evaluate(model, dataset, backend, round_s: float = rounds.ROUND_S_MAX, on_ro
         loss_sum = 0.0
         sums = functools.partial(batch_sums, model)
         for index, (x, y) in enumerate(dataset):
-            if index == EAGER_BATCHES:
+            if index == eager_batches:
                 sums = tf.function(sums, reduce_retracing=True)
             right, count, losses = sums(x, y)
-            correct, total, loss_sum = correct + int(right), total + int(count), \
-                loss_sum + float(losses)
+            correct += int(right)
+            total += int(count)
+            loss_sum += float(losses)
             progress["predictions"] = total
         return [correct, total, loss_sum]
     mine = rounds.in_rounds(backend, local_sums, round_s, on_round)
