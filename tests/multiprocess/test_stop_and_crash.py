@@ -147,14 +147,27 @@ def test_a_rank_that_raises_ends_the_job_with_its_own_code(tmp_path, launcher):
     assert "exit code: 75" not in out.lower() and "exit code 75" not in out
 
 
+# Longer than TensorFlow's own heartbeat timeout (10 s), well under FLAGS' bound (60 s).
+PAUSE_S = 15
+
+
 def test_sigterm_to_one_mwms_worker_stops_both_with_a_checkpoint(tmp_path):
     """TF_CONFIG workers have no launcher to pass the signal on: the vote inside the
-    step's all-reduce is what tells the other worker."""
+    step's all-reduce is what tells the other worker. Before the signal, worker 1 is
+    paused (SIGSTOP) for PAUSE_S, as a loaded host starves a process: a worker silent
+    for less than --collective_timeout_s is slow, not lost, and the job trains on (TF's
+    coordination service declared it dead after its default 10 s, and once did so to a
+    worker compiling under XLA on a loaded CI host)."""
     ckpt, tag, ports = tmp_path / "ckpt", uuid.uuid4().hex, free_ports(2)
     flags = FLAGS + [f"--checkpoint_dir={ckpt}", "--checkpoint_every=100000", "--backend=mwms"]
     procs = [start_job([sys.executable, "-m", "horovod_train", *flags], tag,
                        TF_CONFIG=tf_config(ports, i), HT_TEST_INDEX=i) for i in range(2)]
     head = _wait_for_step(procs[0], 30)
+    paused = int(re.findall(r"train \| step (\d+)/", head)[-1])
+    os.kill(rank_pid(tag, 1), signal.SIGSTOP)
+    time.sleep(PAUSE_S)
+    os.kill(rank_pid(tag, 1), signal.SIGCONT)
+    head += _wait_for_step(procs[0], paused + 20)  # trains on after the pause
     os.kill(rank_pid(tag, 1), signal.SIGTERM)
     outs = [head + _finish(procs[0]), _finish(procs[1])]
     steps = [re.findall(r"stopped on SIGTERM at step (\d+), after writing", out) for out in outs]
