@@ -14,6 +14,9 @@ import os
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+# No public API configures the coordination service; MWMS itself uses this one.
+from tensorflow.python.eager import context
 
 from horovod_train import devices, watchdog
 from horovod_train.backends import buckets
@@ -80,7 +83,21 @@ class MwmsBackend(Backend):
         collective_timeout_s = self.timeout_s + watchdog.REPORT_MARGIN_S
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=IMPLEMENTATIONS[self.collective], timeout_seconds=collective_timeout_s)
+        _coordinate(len(workers), heartbeat_timeout_s=collective_timeout_s)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         self.info = ProcessInfo(index, len(workers), local_rank, local_size)
         self.comm = MwmsComm(self, self.collective, collective_timeout_s)
         return self.info
+
+
+def _coordinate(num_workers: int, heartbeat_timeout_s: float):
+    """TF's coordination service as MWMS configures it (worker 0 leads; configured first,
+    MWMS keeps it), with the job's own bound as the heartbeat timeout. TF's default, 10 s,
+    declared a worker starved by a loaded host (compiling under XLA beside other jobs)
+    dead and aborted a healthy job; a worker silent for the bound is ended by the
+    watchdog first, with every worker's stacks (stacks.py)."""
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader="/job:worker/replica:0/task:0",
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name="worker",
+                                                                 num_tasks=num_workers)],
+        heartbeat_timeout_in_ms=int(heartbeat_timeout_s * 1000))
