@@ -154,7 +154,6 @@ horovod_source() {
   echo "$src/horovod-$HOROVOD_VERSION"
 }
 
-# $1: where the wheel goes; $2: "patched" (the patches here) or "stock" (none).
 # ccache for the Horovod builds: the stock build (test_stock_horovod) and the GPU build
 # compile many files exactly as the patched build did (Gloo, most of Horovod's common code),
 # so on a fresh machine they reuse its objects: from a warm cache the stock build took 104 s
@@ -166,6 +165,7 @@ compiler_cache_env() {
     CMAKE_CUDA_COMPILER_LAUNCHER=ccache
 }
 
+# $1: where the wheel goes; $2: "patched" (the patches here) or "stock" (none).
 build_horovod_wheel() {
   local wheel_dir=$1 kind=$2 shim=$CACHE/xla-placeholders extra=() src log
   log=$CACHE/horovod-build.log
