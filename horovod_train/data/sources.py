@@ -46,13 +46,32 @@ class ArrayData:
         return pipeline.eval_dataset(self, shard, batch_size)
 
 
+def _digits_arrays() -> tuple:
+    """scikit-learn's digits as its load_digits gives them: (images 8x8 in 0..16, labels).
+    Read from the CSV scikit-learn ships, without importing it: its import costs a rank
+    as long as the rest of its data start-up (lean_keras.py says why that matters)."""
+    import gzip
+    import importlib.util
+    import os
+    spec = importlib.util.find_spec("sklearn")  # a top-level spec: sklearn is not run
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("scikit-learn is not installed", name="sklearn")
+    path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+    if not os.path.isfile(path):  # a layout we do not know: scikit-learn's own loader
+        from sklearn.datasets import load_digits as sk_load_digits
+        bunch = sk_load_digits()
+        return bunch.images, bunch.target
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        table = np.loadtxt(f, delimiter=",")
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(int)
+
+
 def load_digits(data_config, *, peers=None) -> ArrayData:
     """scikit-learn's 8x8 handwritten digits (real data shipped inside the package)."""
-    from sklearn.datasets import load_digits as sk_load_digits
     del data_config, peers  # bundled: no --data_dir, nothing to verify
-    bunch = sk_load_digits()
-    x = (bunch.images / 16.0).astype(np.float32)[..., None]
-    y = bunch.target.astype(np.int32)
+    images, labels = _digits_arrays()
+    x = (images / 16.0).astype(np.float32)[..., None]
+    y = labels.astype(np.int32)
     perm = np.random.default_rng(DIGITS_SPLIT_SEED).permutation(len(x))
     train, test = perm[:-DIGITS_TEST_SIZE], perm[-DIGITS_TEST_SIZE:]
     return ArrayData(x[train], y[train], x[test], y[test], num_classes=10)
