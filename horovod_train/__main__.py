@@ -110,7 +110,9 @@ def main(argv):
     try:
         # TF's C++ start-up lines (console.STARTUP_NOISE) come out while TF loads.
         with console.startup_filter():
-            from horovod_train import loop  # imports TensorFlow: only after validation
+            from horovod_train import lean_keras
+            lean_keras.import_keras()  # TensorFlow and Keras: only after validation
+            from horovod_train import loop
         loop.run(config)
     except BaseException as err:  # noqa: BLE001 - every way out of a run is decided here
         _end_run(err, config.data.data_dir)

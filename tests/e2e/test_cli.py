@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from helpers import ROOT, child_env, run_cli
+from ranks import module_hook
 
 TRAIN = [sys.executable, "-m", "horovod_train"]
 
@@ -77,13 +78,29 @@ def test_light_imports_load_no_tensorflow():
 def test_flagfile_and_single_process_run(tmp_path):
     flagfile = tmp_path / "flags.txt"
     flagfile.write_text("--backend=local\n--max_steps=12\n--log_every=4\n--model=digits_mlp\n")
-    out = tmp_path / "summary.json"
-    proc = run_cli(TRAIN + [f"--flagfile={flagfile}", f"--summary_json={out}"], timeout=300)
+    out, loaded = tmp_path / "summary.json", tmp_path / "modules.json"
+    # Which modules the run had loaded by its end (lean_keras.py: not Keras' optional extras).
+    hook = module_hook(tmp_path, "horovod_train.loop", f"""
+        original = module.run
+        def run(config):
+            try:
+                return original(config)
+            finally:
+                import json, sys
+                with open({str(loaded)!r}, "w") as f:
+                    json.dump(sorted(sys.modules), f)
+        module.run = run
+    """)
+    proc = run_cli(TRAIN + [f"--flagfile={flagfile}", f"--summary_json={out}"], timeout=300,
+                   env=child_env(PYTHONPATH=hook))
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
     summary = json.loads(out.read_text())
     assert summary["steps"] == 12 and summary["config"]["model"] == "digits_mlp"
     assert "train | step 12/12 | loss" in proc.stderr
+    modules = json.loads(loaded.read_text())
+    assert "keras" in modules and "horovod_train.data.sources" in modules, modules[:50]
+    assert not [name for name in modules if name.split(".")[0] in ("sklearn", "matplotlib")]
 
 
 def test_persistently_nonfinite_run_stops_with_a_message(tmp_path):
