@@ -7,9 +7,11 @@ from absl import logging
 
 
 class GpuSampler:
-    def __init__(self, local_rank: int, say=logging.info):
+    def __init__(self, local_rank: int, say=logging.info, no_gpu_reason: str | None = None):
         self._nvml = self._handle = None
-        self.reason = None
+        self.reason = no_gpu_reason
+        if no_gpu_reason:  # known already: NVML is not loaded at all
+            return
         try:
             import pynvml
             pynvml.nvmlInit()
@@ -49,8 +51,10 @@ def combine(rows) -> tuple:
 
 
 def sampler_for(local_rank: int) -> GpuSampler:
-    """This rank's sampler. Why NVML failed is worth a line only when TF sees a GPU; on a
-    CPU host the `gpu | no GPU visible` line has said it already."""
+    """This rank's sampler. Where TF sees no GPU, the rank uses none and the `gpu | no GPU
+    visible` line has said so: NVML is not even imported (pynvml's module alone takes a
+    rank a quarter of a second to load, at every launch)."""
     import tensorflow as tf
-    sees_gpu = bool(tf.config.list_logical_devices("GPU"))
-    return GpuSampler(local_rank, say=logging.info if sees_gpu else (lambda *_args: None))
+    if not tf.config.list_logical_devices("GPU"):
+        return GpuSampler(local_rank, no_gpu_reason="TensorFlow sees no GPU")
+    return GpuSampler(local_rank)
