@@ -147,6 +147,12 @@ def test_mpirun_with_launch_agent_across_namespaces(cluster, localhost_run, tmp_
     _check_result(summary, cluster, tmp_path, localhost_run, before)
     calls = _agent_calls(tmp_path / "agent.log")
     _check_placement(calls, cluster, "orted")
+    # Each host's orted keeps its Open MPI session directory apart, as on a disk of its own
+    # (the namespace hosts share /tmp and a host name: tests/netns/agent says why).
+    base = os.environ[OMPI_TMPDIR_VAR]
+    orteds = [(ns, command) for _, ns, command in calls if "orted" in command]
+    assert orteds and all(f'orte_tmpdir_base "{os.path.join(base, ns)}"' in command
+                          for ns, command in orteds), orteds
 
 
 def test_mpirun_daemons_start_on_every_try(cluster, tmp_path):
