@@ -48,8 +48,9 @@ class ArrayData:
 
 def _digits_arrays() -> tuple:
     """scikit-learn's digits as its load_digits gives them: (images 8x8 in 0..16, labels).
-    Read from the CSV scikit-learn ships, without importing it: its import costs a rank
-    as long as the rest of its data start-up (lean_keras.py says why that matters)."""
+    Read from the CSV scikit-learn ships, without importing it: scikit-learn and the SciPy
+    it loads took most of a second of every rank's start-up (lean_keras.py: why a rank's
+    imports matter)."""
     import gzip
     import importlib.util
     import os
