@@ -42,7 +42,12 @@ def _parse(argv):
     argv = _absl_negations(normalize_flag_names(list(argv)))
     _answer_help(argv)
     try:
-        return FLAGS(argv)
+        rest = FLAGS(argv)
+        # absl's app.run makes an unset --verbosity INFO, but only at its first run in a
+        # process; a second train() (its flags unparsed) would otherwise log at WARNING.
+        if FLAGS["verbosity"].using_default_value:
+            FLAGS.verbosity = 0
+        return rest
     except flags.UnrecognizedFlagError as err:
         name = "--" + err.flagname
         known = ["--" + known_name for known_name in FLAGS]
@@ -232,8 +237,11 @@ def check(argv: list[str], prog: str = "horovod_train check") -> int:
 
 
 def train(argv: list[str], prog: str = "horovod_train") -> int:
-    """`horovod_train train ARGV`: absl's app with our parser; ends the process."""
-    ht_flags.define_flags()
+    """`horovod_train train ARGV`: absl's app with our parser; ends with SystemExit, or
+    os._exit on a failed run (_end_run). A second call in one process (a notebook, a test's
+    rank session) starts from every flag's default, not from the last call's values."""
+    ht_flags.define_flags_once()
+    FLAGS.unparse_flags()
     app.run(main, argv=[prog, *argv], flags_parser=_parse)
     return 0
 

@@ -98,6 +98,14 @@ def define_flags(flag_values=flags.FLAGS) -> None:
         _define(owner, field, flag_values)
 
 
+def define_flags_once(flag_values=flags.FLAGS) -> None:
+    """define_flags, unless an earlier call in this process did (the front door run twice
+    in one process: a notebook, a test's rank session)."""
+    _, first = next(option_fields())
+    if first.name not in flag_values:
+        define_flags(flag_values)
+
+
 def _build(owner, fv):
     values = {}
     for field in dataclasses.fields(owner):

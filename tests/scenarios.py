@@ -22,6 +22,21 @@ SHORT = ["--max_steps=12", "--log_every=6", "--eval_every_epochs=0"]
 INJECT = ["--precision=mixed_float16", "--inject_nonfinite=5@1"]
 
 
+# digits_cnn's 0.6 MiB of gradients in 3 buckets.
+BUCKETS = "--allreduce_bucket_mb=0.05"
+SHARD = "--shard_optimizer_state"
+ADAM = SHORT + ["--optimizer=adam", "--deterministic", "--batch_size=16"]
+# digits on 2 ranks of 32: 22 steps an epoch.
+PER_EPOCH = 1437 // (32 * 2)
+# The divergence guard's runs (test_divergence_ranks.py); the healthy one goes past the
+# first epoch end.
+DIVERGENCE = ["--epochs=3", "--log_every=10", "--eval_every_epochs=0", "--intra_op_threads=1",
+              "--collective_timeout_s=60"]
+HEALTHY = PER_EPOCH + 3
+# The default job but for its length, with the fp16 poisoned step, under XLA.
+XLA_INJECT = ["--jit_compile=true", "--epochs=3", "--log_every=10"] + INJECT
+
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     """A finished job: its summary (with the chief's stderr as "_stderr") and run dir."""
@@ -36,6 +51,30 @@ def reference_with(*changes: str) -> list:
     """REFERENCE with some flags replaced (same name) or added."""
     names = {c.split("=", 1)[0] for c in changes}
     return [f for f in REFERENCE if f.split("=", 1)[0] not in names] + list(changes)
+
+
+# The training runs on 2 Gloo ranks that tests read only the results of (summary, weights,
+# config lines): one rank session runs them all in one launch (tests/multiprocess/conftest.py,
+# gloo_trainers). name -> flags; the readers named.
+GLOO_TRAINER_RUNS = {
+    "reference": REFERENCE,  # gloo_reference: speed levers, shards, MWMS, 1 rank
+    # test_speed_levers.py: each changes only the lever it tests
+    **{f"k{k}": reference_with(f"--grad_accum_steps={k}", f"--batch_size={16 // k}")
+       for k in (2, 4)},
+    "buckets": reference_with(BUCKETS),
+    "buckets_k2": reference_with(BUCKETS, "--grad_accum_steps=2", "--batch_size=8"),
+    **{f"compression_{c}": ["--epochs=3", "--log_every=10", f"--compression={c}"]
+       for c in ("fp16", "bf16")},
+    # test_optimizer_shards.py
+    "sharded_sgd": reference_with(SHARD, BUCKETS, "--grad_accum_steps=2", "--batch_size=8"),
+    "adam_plain": ADAM + INJECT,
+    "adam_sharded": ADAM + INJECT + [SHARD],
+    "default": [],  # test_horovod_ranks.py: every flag at its default
+    # test_divergence_ranks.py: checks at an interval, an epoch end and the last step
+    "divergence_healthy": DIVERGENCE + ["--epochs=2", f"--max_steps={HEALTHY}",
+                                        "--divergence_check_steps=10"] + INJECT,
+    "xla_inject": XLA_INJECT,  # test_xla_ranks.py
+}
 
 
 def assert_same_weights(a: list, b: list, rtol=1e-4, atol=2e-5):

@@ -13,17 +13,29 @@ import sys
 
 import pytest
 
-from rank_session_launch import OUT, RankSession, SessionJob, start_session
+from rank_session_launch import OUT, RankSession, SessionJob, start_session, trainer_job
 from ranks import free_ports, horovodrun, horovodrun_launcher, run_ranks
-from scenarios import MPI_XLA, REFERENCE, Job
+from scenarios import GLOO_TRAINER_RUNS, MPI_XLA, Job
 
 
 @pytest.fixture(scope="session")
-def gloo_reference(tmp_path_factory) -> Job:
-    """REFERENCE on 2 ranks under horovodrun --gloo."""
+def gloo_trainers(tmp_path_factory) -> RankSession:
+    """GLOO_TRAINER_RUNS (tests/scenarios.py) under horovodrun --gloo -np 2, one after
+    another in the same two rank processes; a test reads its run with trainer_run(name).
+    The XLA run goes last, and the runs without --deterministic after those with it only
+    because the table is so ordered: each starts as a fresh process would
+    (rank_session.fresh_start)."""
     pytest.importorskip("horovod.tensorflow")
-    run_dir = tmp_path_factory.mktemp("gloo_reference")
-    return Job(run_ranks(horovodrun(2, "gloo", REFERENCE), run_dir), run_dir)
+    jobs = [trainer_job(name, flags, 600 if name == "xla_inject" else 300)
+            for name, flags in GLOO_TRAINER_RUNS.items()]
+    return start_session(tmp_path_factory.mktemp("gloo_trainers"), horovodrun_launcher(2, "gloo"),
+                         jobs, True)
+
+
+@pytest.fixture(scope="session")
+def gloo_reference(gloo_trainers) -> Job:
+    """REFERENCE on 2 ranks under horovodrun --gloo (a gloo_trainers job)."""
+    return gloo_trainers.trainer_run("reference")
 
 
 @pytest.fixture(scope="session")

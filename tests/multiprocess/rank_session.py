@@ -36,7 +36,13 @@ conftest.py lists; a new job's author checks the same):
   sessions set TF_NUM_INTRAOP_THREADS=1, so the first job's pools have the one thread
   the others ask for (keras_accumulation_worker's intra_op_threads=1), and TF takes the
   same value again without a word: the request holds as in a launch of its own.
-- The working directory, sys.argv and sys.path[0] are restored after each job.
+- TensorFlow's op determinism: a trainer job with --deterministic turns it on for the
+  process, and a later job without the flag must run as a fresh process would (off).
+- The working directory, sys.argv and sys.path[0] are restored after each job. os.environ
+  is not: the MWMS jobs read the TF_CONFIG the first one resolved, and a trainer job's
+  CPU defaults (horovod_train/backends/horovod.py) stay set, so a later trainer job runs
+  with the same values but no longer says "CPU defaults chosen" (no session job checks
+  that line; test_stock_horovod's launch does).
 
 Only the standard library here: the ranks load TensorFlow through the jobs.
 """
@@ -103,6 +109,10 @@ def fresh_start(rejoin: bool) -> None:
     keras = sys.modules.get("keras")
     if keras is not None:
         keras.backend.clear_session()
+    if "tensorflow" in sys.modules:
+        # TF exports enable_op_determinism only; its framework module has the inverse.
+        from tensorflow.python.framework import config as tf_framework_config
+        tf_framework_config.disable_op_determinism()
     state = sys.modules.get("horovod_train.keras.state")
     if rejoin and state is not None:
         state.reset()

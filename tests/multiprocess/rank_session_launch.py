@@ -11,6 +11,7 @@ import pytest
 
 import rank_session
 from helpers import ROOT, child_env, run_cli
+from scenarios import Job
 
 HERE = pathlib.Path(__file__).parent
 OUT = "{out}"  # in a job's argv: its own output dir
@@ -24,6 +25,12 @@ class SessionJob:
     argv: tuple = ()
     timeout_s: float = 300
     in_rank_dir: bool = False  # run inside <out>/rank<N>/
+
+
+def trainer_job(name: str, flags, timeout_s: float = 300) -> SessionJob:
+    """A training run as a session job (trainer_job.py): `python -m horovod_train FLAGS`
+    with its summary and weights in the job's dir."""
+    return SessionJob(name, "trainer_job.py", (OUT, *flags), timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +48,10 @@ class RankSession:
         the failing job's traceback (or stacks, at a timeout) and the launch's last lines."""
         unfinished = [r for r in range(self.size) if not self._done(name, r)]
         if unfinished:
-            pytest.fail(self._why(f"job {name!r} did not finish on rank(s) {unfinished}"),
-                        pytrace=False)
+            said = "".join(f"\n--- {p.name} (end) ---\n{p.read_text()[-3000:]}"
+                           for p in self._stderr_files(name))
+            pytest.fail(self._why(f"job {name!r} did not finish on rank(s) {unfinished}")
+                        + said, pytrace=False)
         if self.returncode != 0 and all(self._done(j, r) for j in self.jobs
                                         for r in range(self.size)):
             pytest.fail(self._why("every job finished on every rank"), pytrace=False)
@@ -58,10 +67,21 @@ class RankSession:
         assert starts and ends, self._why(f"no begin/end lines of job {name!r} in stdout")
         return "\n".join(lines[starts[0]:ends[-1] + 1])
 
+    def trainer_run(self, name: str) -> Job:
+        """A trainer job's run as run_ranks returns a launch's: its summary, with every
+        rank's stderr during the job as "_stderr", and its run dir."""
+        run_dir = self.job_dir(name)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        summary["_stderr"] = "".join(p.read_text() for p in self._stderr_files(name))
+        return Job(summary, run_dir)
+
     def job_argv(self, name: str) -> list[str]:
         """The argv `name` ran with (session.json)."""
         spec = json.loads((self.base / "session.json").read_text())
         return next(job["argv"] for job in spec["jobs"] if job["name"] == name)
+
+    def _stderr_files(self, name: str) -> list[pathlib.Path]:
+        return sorted(self.base.glob(f"{name}.stderr.rank*"))  # trainer_job.py writes them
 
     def _done(self, name, rank) -> bool:
         return os.path.exists(rank_session.done_file(self.base, name, rank))

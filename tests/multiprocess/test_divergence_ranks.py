@@ -15,16 +15,13 @@ import sys
 import pytest
 
 from helpers import ROOT, child_env, run_cli
-from ranks import horovodrun, mpirun, rank1_trainer_hook, run_ranks
-from scenarios import INJECT, check_injected_skip
+from ranks import horovodrun, mpirun, rank1_trainer_hook
+from scenarios import DIVERGENCE as FLAGS
+from scenarios import HEALTHY, PER_EPOCH, check_injected_skip
 
 pytest.importorskip("horovod.tensorflow")
 
-PER_EPOCH = 1437 // (32 * 2)
 PERTURB_AFTER = 5  # steps
-HEALTHY = PER_EPOCH + 3  # the healthy run's steps: past the first epoch end
-FLAGS = ["--epochs=3", "--log_every=10", "--eval_every_epochs=0", "--intra_op_threads=1",
-         "--collective_timeout_s=60"]
 LAUNCHERS = {
     "horovodrun-gloo": lambda flags: horovodrun(2, "gloo", flags),
     "mpirun": lambda flags: mpirun(2, flags),
@@ -92,19 +89,18 @@ def test_with_an_interval_the_next_interval_check_stops_the_job(tmp_path):
                          for line in lines), out[-3000:]
 
 
-def test_a_healthy_run_checks_and_trains_on_and_an_agreed_skip_is_healthy(tmp_path):
+def test_a_healthy_run_checks_and_trains_on_and_an_agreed_skip_is_healthy(gloo_trainers):
     """Checks every 10 steps and at the epoch end, and trains on. The same run has rank 1
     alone see inf at step 5 under fp16 loss scaling (what
     test_speed_levers' horovod inject test asserted on a run of its own): every rank skips
     that step together, and the skip does not look like divergence. One epoch and 3 steps
     of the next (fp16 steps are slow on CPU): every kind of check, an interval, the epoch
-    end and the last step, is passed, and training goes on after each."""
-    summary = run_ranks(horovodrun(2, "gloo", FLAGS + ["--epochs=2", f"--max_steps={HEALTHY}",
-                                                       "--divergence_check_steps=10"] + INJECT),
-                        tmp_path)
+    end and the last step, is passed, and training goes on after each. A gloo_trainers
+    job (tests/scenarios.py)."""
+    job = gloo_trainers.trainer_run("divergence_healthy")
     # Every 10 steps, the first epoch end and the last step: 10, 20, 22, 25.
-    assert summary["steps"] == HEALTHY and summary["divergence_checks"] == 4
-    check_injected_skip(summary, tmp_path, steps=HEALTHY)
+    assert job.summary["steps"] == HEALTHY and job.summary["divergence_checks"] == 4
+    check_injected_skip(job.summary, job.run_dir, steps=HEALTHY)
 
 
 CHECKSUM = """

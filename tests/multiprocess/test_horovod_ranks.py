@@ -2,22 +2,24 @@
 data-parallel equivalence with a 1-rank run, and the default job's accuracy."""
 import pytest
 
-from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, horovodrun, load_weights,
+from ranks import (TRAIN, assert_loss_fell, assert_ranks_identical, load_weights,
                    mpirun, only_chief_files, run_ranks)
 from scenarios import REFERENCE_STEPS, assert_same_weights, reference_with
 
 pytest.importorskip("horovod.tensorflow")
 
 
-def test_default_job_under_horovodrun_gloo_reaches_095(tmp_path):
-    """The default job, every flag at its default, on 2 ranks under Gloo (`make train` runs
-    the same job under horovodrun's default controller, MPI here: test_console_ranks)."""
-    summary = run_ranks(horovodrun(2, "gloo", []), tmp_path)
+def test_default_job_under_horovodrun_gloo_reaches_095(gloo_trainers):
+    """The default job, every flag at its default, on 2 ranks under Gloo (a gloo_trainers
+    job; `make train` runs the same job in a launch of its own under horovodrun's default
+    controller, MPI here: test_console_ranks)."""
+    job = gloo_trainers.trainer_run("default")
+    summary = job.summary
     assert summary["backend"] == "horovod" and summary["global_batch"] == 64
     assert summary["test_accuracy"] >= 0.95
-    assert_ranks_identical(summary, tmp_path, 2)
+    assert_ranks_identical(summary, job.run_dir, 2)
     assert_loss_fell(summary)
-    only_chief_files(tmp_path)
+    only_chief_files(job.run_dir)
 
 
 def test_ranks_end_identical_under_horovodrun_mpi(mpi_xla):

@@ -1,7 +1,8 @@
 """--shard_optimizer_state (issue 44, ZeRO stage 1) on real ranks: the same training as
 the unsharded run, with each rank holding 1/N of the optimizer's state.
 
-Three scenarios, seven launches:
+Three scenarios, four launches (the first two scenarios' runs are jobs of the gloo_trainers
+session, tests/scenarios.py GLOO_TRAINER_RUNS):
   - SGD with momentum, 2 Gloo ranks, accumulation 2 of 8: against the shared Gloo
     reference (tests/scenarios.py REFERENCE: accumulation 1 of 16, the same update),
     gradients in three buckets;
@@ -25,12 +26,9 @@ import numpy as np
 import pytest
 
 from ranks import assert_ranks_identical, horovodrun, load_weights, run_ranks
-from scenarios import INJECT, SHORT, assert_same_weights, reference_with
+from scenarios import SHARD, assert_same_weights
 
 pytest.importorskip("horovod.tensorflow")
-SHARD = "--shard_optimizer_state"
-BUCKETS = "--allreduce_bucket_mb=0.05"  # digits_cnn's 0.6 MiB of gradients in 3 buckets
-ADAM = SHORT + ["--optimizer=adam", "--deterministic", "--batch_size=16"]
 CKPT = ["--deterministic", "--eval_every_epochs=0", "--log_every=10", "--checkpoint_every=10",
         "--max_steps=40", "--batch_size=16", "--intra_op_threads=1"]
 RESIZED_TOLERANCE = 1e-5
@@ -57,12 +55,17 @@ def _run(argv, run_dir):
     return summary
 
 
-def test_sgd_momentum_with_accumulation_on_two_gloo_ranks(tmp_path, gloo_reference):
-    run_dir = tmp_path / "sgd"
-    summary = _run(horovodrun(2, "gloo", reference_with(
-        SHARD, BUCKETS, "--grad_accum_steps=2", "--batch_size=8")), run_dir)
-    assert_ranks_identical(summary, run_dir, 2)
+def _session_run(gloo_trainers, name) -> dict:
+    job = gloo_trainers.trainer_run(name)
+    job.summary["_run_dir"] = job.run_dir
+    return job.summary
+
+
+def test_sgd_momentum_with_accumulation_on_two_gloo_ranks(gloo_trainers, gloo_reference):
+    summary = _session_run(gloo_trainers, "sharded_sgd")
+    assert_ranks_identical(summary, summary["_run_dir"], 2)
     _check_sharded(summary, 2, buckets=3)
+    assert summary["grad_accum_steps"] == 2
     # Reduce-scatter, the verdict's allreduce and allgather per bucket: 3 + 1 + 3.
     assert summary["collective_ops_per_step"] == 7
     # The bytes of one allreduce of the gradients (the unsharded run adds its stop vote).
@@ -70,22 +73,18 @@ def test_sgd_momentum_with_accumulation_on_two_gloo_ranks(tmp_path, gloo_referen
         <= 4 + 4 * 2 * 3
     assert summary["optimizer_state_bytes_unsharded"] == \
         gloo_reference.summary["optimizer_state_bytes_per_rank"]
-    assert_same_weights(gloo_reference.weights(), load_weights(run_dir), rtol=0, atol=1e-6)
+    assert_same_weights(gloo_reference.weights(), load_weights(summary["_run_dir"]),
+                        rtol=0, atol=1e-6)
 
 
-def _pair(base, argv_of) -> tuple[dict, dict]:
-    """(unsharded, sharded) summaries of the same job."""
-    return tuple(_run(argv_of(flags), base / name)
-                 for name, flags in (("plain", []), ("sharded", [SHARD])))
-
-
-def test_adam_sharded_equals_unsharded(tmp_path):
+def test_adam_sharded_equals_unsharded(gloo_trainers):
     """fp16 on 2 Gloo ranks: both skipped rank 1's step 5 (the verdict agreed across
     shards) and halved the scale, and their weights are bitwise equal. This test's other
     case, Adam sharded on 3 Gloo ranks with accumulation 2 (digits_cnn's 151,306
     parameters padded to 151,308) against the same training unsharded, is now the
     checkpoint scenario's relaunch on 3 Gloo ranks (the last test of this file)."""
-    plain, sharded = _pair(tmp_path, lambda more: horovodrun(2, "gloo", ADAM + INJECT + more))
+    plain, sharded = (_session_run(gloo_trainers, name)
+                      for name in ("adam_plain", "adam_sharded"))
     for summary in (plain, sharded):
         assert summary["world_size"] == 2 and summary["steps"] == 12
         assert summary["skipped_steps"] == 1 and summary["loss_scale"] == 2.0 ** 14

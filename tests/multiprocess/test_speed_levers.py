@@ -1,61 +1,53 @@
 """Mixed precision, accumulation, buckets and compression on real ranks, on both backends.
 
 The horovod tests compare against the shared Gloo reference (tests/scenarios.py,
-REFERENCE): each of their own runs changes only the lever under test. An fp16 step that
+REFERENCE): each of their runs changes only the lever under test, and all of them are
+jobs of one launch (the gloo_trainers session, GLOO_TRAINER_RUNS). An fp16 step that
 rank 1 alone finds non-finite is skipped by every rank: under horovod on the divergence
 guard's healthy run (test_divergence_ranks), under XLA in test_xla_ranks, and under MWMS
 here, on the run that also cuts its gradients into buckets."""
 import pytest
 
-from ranks import assert_ranks_identical, horovodrun, load_weights, run_ranks, run_workers
-from scenarios import (INJECT, REFERENCE_STEPS, SHORT, assert_same_weights, check_injected_skip,
-                       reference_with)
+from ranks import assert_ranks_identical, run_workers
+from scenarios import (BUCKETS, INJECT, REFERENCE_STEPS, SHORT, assert_same_weights,
+                       check_injected_skip)
 
 
-BUCKETS = "--allreduce_bucket_mb=0.05"  # digits_cnn's 0.6 MiB of gradients in 3 buckets
-
-
-def _hvd():
-    pytest.importorskip("horovod.tensorflow")
-
-
-def _lever_runs(tmp_path, cases: dict) -> dict:
-    """{name: summary} of the reference's flags changed by each case, on 2 Gloo ranks."""
+def _lever_runs(gloo_trainers, names) -> dict:
+    """{name: summary} of the gloo_trainers runs `names` (tests/scenarios.py,
+    GLOO_TRAINER_RUNS: the reference's flags changed by each lever), on 2 Gloo ranks."""
     runs = {}
-    for name, changes in cases.items():
-        run_dir = tmp_path / name
-        runs[name] = run_ranks(horovodrun(2, "gloo", reference_with(*changes)), run_dir)
-        assert_ranks_identical(runs[name], run_dir, 2)
-        assert runs[name]["steps"] == REFERENCE_STEPS
+    for name in names:
+        job = gloo_trainers.trainer_run(name)
+        assert_ranks_identical(job.summary, job.run_dir, 2)
+        assert job.summary["steps"] == REFERENCE_STEPS
+        runs[name] = job.summary
     return runs
 
 
-def test_accumulation_one_allreduce_per_step_and_same_update(tmp_path, gloo_reference):
+def test_accumulation_one_allreduce_per_step_and_same_update(gloo_trainers, gloo_reference):
     """k micro-batches of b on 2 ranks == k=1 with batch k*b (the reference: b=16);
     collectives per step do not grow."""
-    _hvd()
-    runs = _lever_runs(tmp_path, {f"k{k}": [f"--grad_accum_steps={k}", f"--batch_size={16 // k}"]
-                                  for k in (2, 4)})
+    runs = _lever_runs(gloo_trainers, ("k2", "k4"))
     runs["k1"] = gloo_reference.summary
+    assert {run["grad_accum_steps"] for run in runs.values()} == {1, 2, 4}
     assert {run["collective_ops_per_step"] for run in runs.values()} == {1}
     assert {run["global_batch"] for run in runs.values()} == {32}
     for k in (2, 4):
-        assert_same_weights(gloo_reference.weights(), load_weights(tmp_path / f"k{k}"))
+        assert_same_weights(gloo_reference.weights(), gloo_trainers.trainer_run(f"k{k}").weights())
 
 
-def test_buckets_are_several_collectives_with_the_same_update(tmp_path, gloo_reference):
+def test_buckets_are_several_collectives_with_the_same_update(gloo_trainers, gloo_reference):
     """Gradients reduced in buckets as backprop produces them: more collectives per step,
     the same update as one grouped call (the reference: unset under Gloo on shared CPU
     cores is one call), identical ranks; with accumulation still one reduction per
     optimizer step (k=2 of b equals k=1 of 2b)."""
-    _hvd()
-    runs = _lever_runs(tmp_path, {"buckets": [BUCKETS],
-                                  "buckets_k2": [BUCKETS, "--grad_accum_steps=2", "--batch_size=8"]})
+    runs = _lever_runs(gloo_trainers, ("buckets", "buckets_k2"))
     counts = {name: run["collective_ops_per_step"] for name, run in runs.items()}
     assert counts == {"buckets": 3, "buckets_k2": 3}, counts
     assert gloo_reference.summary["collective_ops_per_step"] == 1
     for name in runs:
-        assert_same_weights(gloo_reference.weights(), load_weights(tmp_path / name))
+        assert_same_weights(gloo_reference.weights(), gloo_trainers.trainer_run(name).weights())
 
 
 def test_unset_bucket_size_under_gloo_is_one_call_after_backprop(gloo_reference):
@@ -71,14 +63,15 @@ def test_unset_bucket_size_under_gloo_is_one_call_after_backprop(gloo_reference)
 
 
 @pytest.mark.parametrize("compression", ["fp16", "bf16"])
-def test_horovod_compression_halves_bytes_and_converges(tmp_path, compression, gloo_reference):
-    _hvd()
-    packed = run_ranks(horovodrun(2, "gloo", ["--epochs=3", "--log_every=10",
-                                              f"--compression={compression}"]), tmp_path)
+def test_horovod_compression_halves_bytes_and_converges(compression, gloo_trainers,
+                                                        gloo_reference):
+    packed = gloo_trainers.trainer_run(f"compression_{compression}")
     # What travels per step depends on the model and the compression only.
-    assert packed["wire_bytes_per_step"] * 2 == gloo_reference.summary["wire_bytes_per_step"]
-    assert packed["test_accuracy"] >= 0.93
-    assert_ranks_identical(packed, tmp_path, 2)
+    assert packed.summary["wire_bytes_per_step"] * 2 == \
+        gloo_reference.summary["wire_bytes_per_step"]
+    assert packed.summary["test_accuracy"] >= 0.93
+    assert f"(compression {compression}, " in packed.summary["_stderr"]
+    assert_ranks_identical(packed.summary, packed.run_dir, 2)
 
 
 def test_mwms_skips_an_agreed_nonfinite_step_and_packs_gradients_in_buckets(tmp_path):

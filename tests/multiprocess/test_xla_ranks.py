@@ -5,13 +5,11 @@ fp16 step that rank 1 alone finds non-finite, skipped by every rank together, in
 run. Each summary also reports what the step's graph holds."""
 import pytest
 
-from ranks import assert_ranks_identical, horovodrun, only_chief_files, run_ranks, run_workers
-from scenarios import INJECT, check_compiled_around_collectives, check_injected_skip
+from ranks import assert_ranks_identical, only_chief_files, run_workers
+from scenarios import (PER_EPOCH, XLA_INJECT, check_compiled_around_collectives,
+                       check_injected_skip)
 
 
-PER_EPOCH = 1437 // (32 * 2)
-# The default job but for its length, with the fp16 poisoned step.
-XLA_INJECT = ["--jit_compile=true", "--epochs=3", "--log_every=10"] + INJECT
 
 
 def _check(summary, run_dir, backend):
@@ -22,9 +20,10 @@ def _check(summary, run_dir, backend):
     only_chief_files(run_dir)
 
 
-def test_gloo_ranks_under_xla_train_identically_and_skip_together(tmp_path):
-    pytest.importorskip("horovod.tensorflow")
-    _check(run_ranks(horovodrun(2, "gloo", XLA_INJECT), tmp_path), tmp_path, "horovod")
+def test_gloo_ranks_under_xla_train_identically_and_skip_together(gloo_trainers):
+    """A gloo_trainers job (tests/scenarios.py), the session's last."""
+    job = gloo_trainers.trainer_run("xla_inject")
+    _check(job.summary, job.run_dir, "horovod")
 
 
 def test_mwms_workers_under_xla_train_identically_and_skip_together(tmp_path):
