@@ -45,7 +45,7 @@ def _parse(argv):
         rest = FLAGS(argv)
         # absl's app.run makes an unset --verbosity INFO, but only at its first run in a
         # process; a second train() (its flags unparsed) would otherwise log at WARNING.
-        if FLAGS["verbosity"].using_default_value:
+        if "verbosity" in FLAGS and FLAGS["verbosity"].using_default_value:
             FLAGS.verbosity = 0
         return rest
     except flags.UnrecognizedFlagError as err:
