@@ -77,6 +77,40 @@ GLOO_TRAINER_RUNS = {
 }
 
 
+# Horovod-style scripts (tests/multiprocess/horovod_style/, test_horovod_style_scripts.py):
+# the digits script's epochs; each rank writes its result file where {rank} is its rank.
+STYLE_EPOCHS = 5
+
+
+def style_result(out: str) -> str:
+    return f"--result={out}/result-{{rank}}.json"
+
+
+# examples/keras_fit.py (test_keras_fit.py): (launcher, extra flags, injected CALL@RANK or
+# None, checkpoint?). compile(jit_compile=True): XLA around the collectives (keras_jit.py).
+# Were the allreduce inside the XLA step, these would fail: XLA on CPU compiles neither
+# Horovod's ops nor TF's collectives. One run per launcher: Gloo without XLA (auto: off on
+# CPU), MPI and MWMS with XLA and fp16. fp16 only under XLA: TensorFlow's own fp16
+# convolutions on CPU took this run from 24 s to 117 s (5 epochs, MPI), and 190 s a epoch
+# on a loaded host; the agreed skip without XLA is the rank session's keras_accumulation
+# job (a dense model, test_accumulation_over_ranks...).
+KERAS_FIT_CASES = {
+    "horovodrun-gloo": ("gloo", [], None, True),
+    "horovodrun-mpi-xla": ("mpi", ["--jit_compile=true", "--precision=mixed_float16"], "5@1",
+                           False),
+    "mwms-workers-xla": ("mwms", ["--jit_compile=true", "--precision=mixed_float16"], "7@0", True),
+}
+
+
+def keras_fit_args(case: str, out: str) -> list:
+    """examples/keras_fit.py's argv for `case`, its summary in `out`; a rank writes its
+    checkpoint (a relative path) in the directory it runs in."""
+    _, extra, inject, checkpoint = KERAS_FIT_CASES[case]
+    args = ["--epochs=5", "--intra_op=1", *extra, f"--summary_json={out}/summary.json"]
+    args += [f"--inject_nonfinite={inject}"] if inject else []
+    return args + (["--checkpoint=ckpt.keras"] if checkpoint else [])
+
+
 def assert_same_weights(a: list, b: list, rtol=1e-4, atol=2e-5):
     """Two runs' weights equal to float32 rounding (their reduction orders differ)."""
     assert len(a) == len(b)

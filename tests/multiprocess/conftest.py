@@ -9,13 +9,16 @@ reads its job's output dir (RankSession.job_dir) and fails with the job's own tr
 if the job did not finish. A test asks for its session fixture by name (not through
 request.getfixturevalue), so tests/worker_groups.py keeps every reader of a session in
 one pytest-xdist worker and the launch runs once."""
+import os
 import sys
 
 import pytest
 
+from helpers import ROOT
 from rank_session_launch import OUT, RankSession, SessionJob, start_session, trainer_job
 from ranks import free_ports, horovodrun, horovodrun_launcher, run_ranks
-from scenarios import GLOO_TRAINER_RUNS, MPI_XLA, Job
+from scenarios import (GLOO_TRAINER_RUNS, MPI_XLA, STYLE_EPOCHS, Job, keras_fit_args,
+                       style_result)
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +55,23 @@ def mpi_xla(tmp_path_factory) -> Job:
 # cycle with our patches) before anything starts. The loop worker's shutdown/init rounds
 # come last: nothing may use the Horovod of the earlier jobs after them.
 TAPE = "horovod_style/tape_mnist_digits.py"  # test_horovod_tape_ranks.py
-TAPE_ARGV = (f"--result={OUT}/result-{{rank}}.json", "--check_every=4")
+TAPE_ARGV = (style_result(OUT), "--check_every=4")
+# test_horovod_style_scripts.py: Horovod-style Keras scripts, each rank in its own dir.
+DIGITS_ARGV = (style_result(OUT), f"--epochs={STYLE_EPOCHS}", "--warmup_epochs=2")
+STYLE_JOBS = {
+    "gloo": (SessionJob("style_digits", "horovod_style/keras_mnist_digits.py", DIGITS_ARGV,
+                        in_rank_dir=True),
+             SessionJob("style_digits_no_broadcast", "horovod_style/keras_mnist_digits.py",
+                        (*DIGITS_ARGV, "--no_broadcast"), in_rank_dir=True),
+             SessionJob("style_benchmark", "horovod_style/keras_synthetic_benchmark.py",
+                        (style_result(OUT), "--fp16_allreduce"), in_rank_dir=True)),
+    "mpi": (SessionJob("style_digits", "horovod_style/keras_mnist_digits.py", DIGITS_ARGV,
+                       in_rank_dir=True),
+            SessionJob("style_benchmark", "horovod_style/keras_synthetic_benchmark.py",
+                       (style_result(OUT),), in_rank_dir=True)),
+}
+# test_keras_fit.py: the user's model.fit example (its MWMS case keeps its own workers).
+KERAS_FIT = os.path.join(ROOT, "examples", "keras_fit.py")
 GLOO_JOBS = (
     SessionJob("hvd_api", "hvd_api_worker.py", (OUT, "api,perturb,instep,elastic"), 420),
     SessionJob("packed", "packed_worker.py", (OUT,)),  # test_packed_allreduce.py
@@ -61,12 +80,18 @@ GLOO_JOBS = (
     # test_keras_fit.py, both
     SessionJob("keras_accumulation", "keras_accumulation_worker.py", (f"{OUT}/result.json",)),
     SessionJob("horovod_keras", "horovod_keras_worker.py", (f"{OUT}/result.json",)),
+    *STYLE_JOBS["gloo"],
+    SessionJob("keras_fit", KERAS_FIT, tuple(keras_fit_args("horovodrun-gloo", OUT)), 420,
+               in_rank_dir=True),
     SessionJob("hvd_loop_reinit", "hvd_loop_worker.py", ("reinit", "6", OUT), 420),
 )
 MPI_JOBS = (
     SessionJob("hvd_api", "hvd_api_worker.py", (OUT, "api"), 420),  # test_hvd_api_ranks.py
     SessionJob("packed", "packed_worker.py", (OUT,)),
     SessionJob("tape", TAPE, TAPE_ARGV, 600, in_rank_dir=True),
+    *STYLE_JOBS["mpi"],
+    SessionJob("keras_fit", KERAS_FIT, tuple(keras_fit_args("horovodrun-mpi-xla", OUT)), 420,
+               in_rank_dir=True),
 )
 # The communicator's worker first: it joins the one MWMS strategy a process may have (with
 # its 90 s collective timeout and one intra-op thread); the others' hvd.init() joins it.

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -58,14 +59,33 @@ class RankSession:
         return self.base / name
 
     def job_stdout(self, name: str) -> str:
-        """The launch's stdout from the first rank's start of `name` to the last rank's
-        end of it: every line a rank printed during the job (and perhaps a neighbour's)."""
+        """Every line the ranks printed during `name`. Where the launcher prefixes each
+        rank's lines ("[1]<stdout>:" under horovodrun --gloo), exactly: for each rank, its
+        lines from its begin line to its end line, rank 0's first. Where it does not (the
+        MWMS launcher), the lines from the first rank's begin to the last rank's end, which
+        may hold a neighbouring job's last or first lines."""
         lines = self.stdout.splitlines()
-        begin, end = rank_session.begin_line(name, ""), rank_session.end_line(name, "")
-        starts = [i for i, line in enumerate(lines) if begin in line]
-        ends = [i for i, line in enumerate(lines) if end in line]
-        assert starts and ends, self._why(f"no begin/end lines of job {name!r} in stdout")
-        return "\n".join(lines[starts[0]:ends[-1] + 1])
+        spans = [self._span(lines, name, rank) for rank in range(self.size)]
+        if any(not tag for tag, _, _ in spans):
+            return "\n".join(lines[min(s for _, s, _ in spans):max(e for _, _, e in spans) + 1])
+        out = []
+        for tag, start, stop in spans:
+            out += [line for line in lines[start:stop + 1] if line.startswith(tag)]
+        return "\n".join(out)
+
+    def _span(self, lines, name, rank) -> tuple[str, int, int]:
+        """(the launcher's prefix of this rank's lines, the index of its begin line, of its
+        end line) for job `name`."""
+        # Under mpirun a line may end in the next chunk's prefix: "...| rank 1[1,1]<stdout>:".
+        begin = re.compile(re.escape(rank_session.begin_line(name, rank)) + r"(?!\d)")
+        end = rank_session.end_line(name, rank) + " |"
+        first = next((i for i, line in enumerate(lines) if begin.search(line)), None)
+        assert first is not None, self._why(f"no begin line of job {name!r} on rank {rank}")
+        tag = lines[first][:begin.search(lines[first]).start()]
+        last = next((i for i in range(first, len(lines))
+                     if end in lines[i] and lines[i].startswith(tag)), None)
+        assert last is not None, self._why(f"no end line of job {name!r} on rank {rank}")
+        return tag, first, last
 
     def trainer_run(self, name: str) -> Job:
         """A trainer job's run as run_ranks returns a launch's: its summary, with every

@@ -2,43 +2,29 @@
 real ranks under horovodrun --gloo and --mpi: what a Horovod user's script expects of
 the API, as scripts/run_horovod_examples.py checks it on Horovod's own examples.
 
-Every rank runs in its own directory (rank0/, rank1/) and the checkpoint path is
-relative, so a file written by a non-chief rank would show up in rank1/. Each script
-starts every rank from its own random weights, so equal digests at the end mean the API
-made the ranks equal.
+The scripts are jobs of the rank sessions (conftest.py, STYLE_JOBS): each rank runs in its
+own directory (rank0/, rank1/) and the checkpoint path is relative, so a file written by
+a non-chief rank would show up in rank1/. Each script starts every rank from its own
+random weights, so equal digests at the end mean the API made the ranks equal.
 """
 import json
 import os
 import re
-import sys
 
 import pytest
 
-from helpers import run_cli
-from ranks import IN_RANK_DIR
+from scenarios import STYLE_EPOCHS as EPOCHS
 
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-DIGITS = os.path.join(HERE, "horovod_style", "keras_mnist_digits.py")
-BENCHMARK = os.path.join(HERE, "horovod_style", "keras_synthetic_benchmark.py")
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 # horovodrun's prefix of a rank's line: [R]<stdout>: under gloo, [JOB,R]<stdout>: under mpi.
 TAG = re.compile(r"^\[(?:\d+,)?(\d+)\]<stdout>:(.*)$", re.M)
-EPOCHS = 5
 
 
-def run_ranks(controller, base, script, *args):
-    """Runs `script` on 2 ranks; returns (stdout, [result of rank 0, rank 1])."""
-    argv = [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{controller}", sys.executable,
-            "-c", IN_RANK_DIR, str(base), script, f"--result={base}/result-{{rank}}.json",
-            *args]
-    proc = run_cli(argv, timeout=300)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    results = []
-    for rank in range(2):
-        with open(base / f"result-{rank}.json") as f:
-            results.append(json.load(f))
-    return proc.stdout, results
+def session_run(session, name):
+    """A script's job in a rank session (conftest.py, STYLE_JOBS): (its stdout, [result of
+    rank 0, rank 1], its dir)."""
+    base = session.job_dir(name)
+    results = [json.loads((base / f"result-{rank}.json").read_text()) for rank in range(2)]
+    return session.job_stdout(name), results, base
 
 
 def ranks_printing(stdout, text):
@@ -47,13 +33,15 @@ def ranks_printing(stdout, text):
 
 @pytest.mark.parametrize("controller,broadcast", [("gloo", True), ("mpi", True),
                                                   ("gloo", False)])
-def test_digits_script_trains_identical_replicas(tmp_path, controller, broadcast):
+def test_digits_script_trains_identical_replicas(controller, broadcast, gloo_session,
+                                                 mpi_session):
     """Identical weights on both ranks (without the broadcast callback too: the
     DistributedOptimizer broadcasts rank 0's state at its first apply), >= 0.9 test
     accuracy, the warmed-up lr at lr x size, and the chief's checkpoints alone."""
-    args = [f"--epochs={EPOCHS}", "--warmup_epochs=2"]
-    args += [] if broadcast else ["--no_broadcast"]
-    stdout, results = run_ranks(controller, tmp_path, DIGITS, *args)
+    session = {"gloo": gloo_session, "mpi": mpi_session}[controller]
+    name = "style_digits" if broadcast else "style_digits_no_broadcast"
+    assert ("--no_broadcast" in session.job_argv(name)) is not broadcast
+    stdout, results, base = session_run(session, name)
     digests = [r["digest"] for r in results]
     assert digests[0] == digests[1], f"ranks diverged: {digests}"
     assert [r["size"] for r in results] == [2, 2]
@@ -62,22 +50,24 @@ def test_digits_script_trains_identical_replicas(tmp_path, controller, broadcast
     assert results[0]["accuracy"] == results[1]["accuracy"]  # same weights, same test set
     assert results[0]["lr"] == pytest.approx(0.002 * 2)  # warmup reached the scaled lr
     assert ranks_printing(stdout, f"Epoch {EPOCHS}/{EPOCHS}") == [0]  # chief's progress only
-    assert sorted(os.listdir(tmp_path / "rank0")) == \
+    assert sorted(os.listdir(base / "rank0")) == \
         sorted(f"checkpoint-{e}.h5" for e in range(1, EPOCHS + 1))
-    assert os.listdir(tmp_path / "rank1") == []
+    assert os.listdir(base / "rank1") == []
 
 
 @pytest.mark.parametrize("controller,fp16", [("gloo", True), ("mpi", False)])
-def test_synthetic_benchmark_prints_img_sec_from_rank0(tmp_path, controller, fp16):
+def test_synthetic_benchmark_prints_img_sec_from_rank0(controller, fp16, gloo_session,
+                                                       mpi_session):
     """Identical weights after hvd.broadcast of each weight and the allreduced training (fp16
     compression of the gradients too); img/sec averaged by hvd.allreduce, printed by rank
     0 alone; nothing written in the rank directories."""
-    stdout, results = run_ranks(controller, tmp_path, BENCHMARK,
-                                *(["--fp16_allreduce"] if fp16 else []))
+    session = {"gloo": gloo_session, "mpi": mpi_session}[controller]
+    assert ("--fp16_allreduce" in session.job_argv("style_benchmark")) is fp16
+    stdout, results, base = session_run(session, "style_benchmark")
     assert results[0]["digest"] == results[1]["digest"], results
     assert results[0]["steps"] == results[1]["steps"] == 1 + 2 + 3 * 3
     assert results[0]["img_sec"] == pytest.approx(results[1]["img_sec"])  # allreduced
     assert results[0]["img_sec"] > 0
     assert ranks_printing(stdout, "img/sec") == [0]
     assert ranks_printing(stdout, "Total img/sec on 2 rank(s)") == [0]
-    assert os.listdir(tmp_path / "rank0") == os.listdir(tmp_path / "rank1") == []
+    assert os.listdir(base / "rank0") == os.listdir(base / "rank1") == []

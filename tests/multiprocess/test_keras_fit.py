@@ -13,20 +13,11 @@ import sys
 import pytest
 
 from helpers import ROOT, child_env, run_cli
-from ranks import IN_RANK_DIR, free_ports, tf_config
+from ranks import free_ports, tf_config
+from scenarios import KERAS_FIT_CASES, keras_fit_args
 
 
 EXAMPLE = os.path.join(ROOT, "examples", "keras_fit.py")
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-COMMON = ["--epochs=5", "--intra_op=1"]
-
-
-def run_horovodrun(controller, run_dir, args):
-    argv = [HOROVODRUN, "-np", "2", "-H", "localhost:2", f"--{controller}", sys.executable,
-            "-c", IN_RANK_DIR, str(run_dir), EXAMPLE, *args]
-    proc = run_cli(argv, timeout=420)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return proc.stdout
 
 
 def run_mwms_workers(run_dir, args, n=2):
@@ -44,36 +35,22 @@ def run_mwms_workers(run_dir, args, n=2):
     return outs[0][0]
 
 
-CASES = {
-    # (launcher, extra flags, injected CALL@RANK or None, checkpoint?)
-    # compile(jit_compile=True): XLA around the collectives (keras_jit.py). Were the
-    # allreduce inside the XLA step, these would fail: XLA on CPU compiles neither
-    # Horovod's ops nor TF's collectives. One run per launcher: Gloo without XLA (auto:
-    # off on CPU), MPI and MWMS with XLA and fp16. fp16 only under XLA: TensorFlow's own
-    # fp16 convolutions on CPU took this run from 24 s to 117 s (5 epochs, MPI), and
-    # 190 s a epoch on a loaded host; the agreed skip without XLA is the rank session's
-    # keras_accumulation job (a dense model, test_accumulation_over_ranks...).
-    "horovodrun-gloo": ("gloo", [], None, True),
-    "horovodrun-mpi-xla": ("mpi", ["--jit_compile=true", "--precision=mixed_float16"], "5@1",
-                           False),
-    "mwms-workers-xla": ("mwms", ["--jit_compile=true", "--precision=mixed_float16"], "7@0", True),
-}
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_example_trains_identical_replicas(tmp_path, case):
+@pytest.mark.parametrize("case", list(KERAS_FIT_CASES))
+def test_example_trains_identical_replicas(tmp_path, case, gloo_session, mpi_session):
     """Identical weights on every rank, >= 0.95 test accuracy; with mixed_float16 and
     one rank's gradients poisoned once, every rank skips that step (one skip, scale
-    halved) and carries on identical; the checkpoint is the chief's alone."""
-    launcher, extra, inject, checkpoint = CASES[case]
-    args = COMMON + extra + [f"--summary_json={tmp_path}/summary.json"]
-    args += [f"--inject_nonfinite={inject}"] if inject else []
-    args += ["--checkpoint=ckpt.keras"] if checkpoint else []
+    halved) and carries on identical; the checkpoint is the chief's alone. The horovodrun
+    cases are the `keras_fit` jobs of the Gloo and MPI rank sessions (conftest.py); the
+    MWMS workers start here (a session's MWMS strategy is its first job's)."""
+    launcher, extra, inject, checkpoint = KERAS_FIT_CASES[case]
     if launcher == "mwms":
-        stdout = run_mwms_workers(tmp_path, args)
+        stdout = run_mwms_workers(tmp_path, keras_fit_args(case, str(tmp_path)))
+        base = tmp_path
     else:
-        stdout = run_horovodrun(launcher, tmp_path, args)
-    summary = json.loads((tmp_path / "summary.json").read_text())
+        session = {"gloo": gloo_session, "mpi": mpi_session}[launcher]
+        base, stdout = session.job_dir("keras_fit"), session.job_stdout("keras_fit")
+        assert session.job_argv("keras_fit") == keras_fit_args(case, str(base))
+    summary = json.loads((base / "summary.json").read_text())
     assert summary["world_size"] == 2
     assert summary["backend"] == ("mwms" if launcher == "mwms" else "horovod")
     # Still on after fit (the drop-in used to turn it off); auto is off on CPU.
@@ -88,10 +65,10 @@ def test_example_trains_identical_replicas(tmp_path, case):
     else:
         assert summary["skipped_steps"] == [0.0, 0.0]
     assert stdout.count("Epoch 5/5") == 1  # the progress bar is the chief's alone
-    assert os.listdir(tmp_path / "rank1") == []  # other ranks write nothing
-    assert sorted(os.listdir(tmp_path / "rank0")) == (["ckpt.keras"] if checkpoint else [])
+    assert os.listdir(base / "rank1") == []  # other ranks write nothing
+    assert sorted(os.listdir(base / "rank0")) == (["ckpt.keras"] if checkpoint else [])
     if checkpoint:
-        _assert_checkpoint_holds(tmp_path / "rank0" / "ckpt.keras", digests[0])
+        _assert_checkpoint_holds(base / "rank0" / "ckpt.keras", digests[0])
 
 
 def _assert_checkpoint_holds(path, digest):
