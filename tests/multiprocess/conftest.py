@@ -24,10 +24,9 @@ from scenarios import (GLOO_TRAINER_RUNS, MPI_XLA, STYLE_EPOCHS, Job, keras_fit_
 @pytest.fixture(scope="session")
 def gloo_trainers(tmp_path_factory) -> RankSession:
     """GLOO_TRAINER_RUNS (tests/scenarios.py) under horovodrun --gloo -np 2, one after
-    another in the same two rank processes; a test reads its run with trainer_run(name).
-    The XLA run goes last, and the runs without --deterministic after those with it only
-    because the table is so ordered: each starts as a fresh process would
-    (rank_session.fresh_start)."""
+    another in the same two rank processes, each as a fresh process would start it
+    (rank_session.fresh_start); a test reads its run with trainer_run(name). Each job has
+    its launch's old bound (the XLA run, which compiles, twice that)."""
     pytest.importorskip("horovod.tensorflow")
     jobs = [trainer_job(name, flags, 600 if name == "xla_inject" else 300)
             for name, flags in GLOO_TRAINER_RUNS.items()]
