@@ -9,7 +9,14 @@ measures it). Keras is written to run without them: each of those imports sits i
 `try: ... except ImportError`, and using a wrapper or a gallery then raises Keras' own
 "requires scikit-learn / matplotlib" error. So a rank imports Keras as if they were
 absent; anything imported afterwards (our digits loader, the report) is untouched.
+
+The import also runs without Python's cyclic garbage collector, whose full passes walk
+every object TensorFlow has made so far (a million and more): six of them cost a rank
+0.5-1 s of CPU at every start. After it the modules' objects are frozen (gc.freeze): they
+live as long as the process, so later collections, during the model's build and the
+steps, skip them too (bench/startup.py measures the start).
 """
+import gc
 import importlib.abc
 import sys
 
@@ -35,8 +42,13 @@ def import_keras() -> None:
         return
     finder = _ExtrasAbsent()
     sys.meta_path.insert(0, finder)
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         import tensorflow  # noqa: F401
         import keras  # noqa: F401
     finally:
         sys.meta_path.remove(finder)
+        gc.freeze()
+        if collecting:
+            gc.enable()
