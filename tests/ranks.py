@@ -55,10 +55,15 @@ def tf_config(ports, index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
+def run_outputs(run_dir) -> list[str]:
+    """The trainer flags that write a run's summary.json and weights.npz into run_dir."""
+    return [f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
+
+
 def run_ranks(argv, run_dir, timeout=600, **env) -> dict:
     """Runs a job that writes summary.json and weights.npz into run_dir; returns the summary."""
     os.makedirs(run_dir, exist_ok=True)
-    argv = argv + [f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
+    argv = argv + run_outputs(run_dir)
     proc = run_cli(argv, timeout=timeout, env=child_env(**env))
     assert proc.returncode == 0, f"job failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     with open(os.path.join(run_dir, "summary.json")) as f:
@@ -71,7 +76,7 @@ def run_workers(args, run_dir, n=2, timeout=600):
     """Starts n workers by hand (TF_CONFIG each), waits for all; returns the chief's summary."""
     run_dir.mkdir(parents=True, exist_ok=True)
     ports = free_ports(n)
-    out = [f"--summary_json={run_dir}/summary.json", f"--export_weights={run_dir}/weights.npz"]
+    out = run_outputs(run_dir)
     procs = [subprocess.Popen(TRAIN + args + out, env=child_env(TF_CONFIG=tf_config(ports, i)),
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(n)]

@@ -12,6 +12,7 @@ import pytest
 
 import rank_session
 from helpers import ROOT, child_env, run_cli
+from ranks import run_outputs
 from scenarios import Job
 
 HERE = pathlib.Path(__file__).parent
@@ -31,7 +32,7 @@ class SessionJob:
 def trainer_job(name: str, flags, timeout_s: float = 300) -> SessionJob:
     """A training run as a session job (trainer_job.py): `python -m horovod_train FLAGS`
     with its summary and weights in the job's dir."""
-    return SessionJob(name, "trainer_job.py", (OUT, *flags), timeout_s)
+    return SessionJob(name, "trainer_job.py", (OUT, *flags, *run_outputs(OUT)), timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,14 +14,12 @@ from scenarios import (BUCKETS, INJECT, REFERENCE_STEPS, SHORT, assert_same_weig
 
 
 def _lever_runs(gloo_trainers, names) -> dict:
-    """{name: summary} of the gloo_trainers runs `names` (tests/scenarios.py,
+    """{name: Job} of the gloo_trainers runs `names` (tests/scenarios.py,
     GLOO_TRAINER_RUNS: the reference's flags changed by each lever), on 2 Gloo ranks."""
-    runs = {}
-    for name in names:
-        job = gloo_trainers.trainer_run(name)
+    runs = {name: gloo_trainers.trainer_run(name) for name in names}
+    for job in runs.values():
         assert_ranks_identical(job.summary, job.run_dir, 2)
         assert job.summary["steps"] == REFERENCE_STEPS
-        runs[name] = job.summary
     return runs
 
 
@@ -29,12 +27,12 @@ def test_accumulation_one_allreduce_per_step_and_same_update(gloo_trainers, gloo
     """k micro-batches of b on 2 ranks == k=1 with batch k*b (the reference: b=16);
     collectives per step do not grow."""
     runs = _lever_runs(gloo_trainers, ("k2", "k4"))
-    runs["k1"] = gloo_reference.summary
-    assert {run["grad_accum_steps"] for run in runs.values()} == {1, 2, 4}
-    assert {run["collective_ops_per_step"] for run in runs.values()} == {1}
-    assert {run["global_batch"] for run in runs.values()} == {32}
-    for k in (2, 4):
-        assert_same_weights(gloo_reference.weights(), gloo_trainers.trainer_run(f"k{k}").weights())
+    summaries = [gloo_reference.summary] + [job.summary for job in runs.values()]
+    assert {run["grad_accum_steps"] for run in summaries} == {1, 2, 4}
+    assert {run["collective_ops_per_step"] for run in summaries} == {1}
+    assert {run["global_batch"] for run in summaries} == {32}
+    for job in runs.values():
+        assert_same_weights(gloo_reference.weights(), job.weights())
 
 
 def test_buckets_are_several_collectives_with_the_same_update(gloo_trainers, gloo_reference):
@@ -43,11 +41,11 @@ def test_buckets_are_several_collectives_with_the_same_update(gloo_trainers, glo
     cores is one call), identical ranks; with accumulation still one reduction per
     optimizer step (k=2 of b equals k=1 of 2b)."""
     runs = _lever_runs(gloo_trainers, ("buckets", "buckets_k2"))
-    counts = {name: run["collective_ops_per_step"] for name, run in runs.items()}
+    counts = {name: job.summary["collective_ops_per_step"] for name, job in runs.items()}
     assert counts == {"buckets": 3, "buckets_k2": 3}, counts
     assert gloo_reference.summary["collective_ops_per_step"] == 1
-    for name in runs:
-        assert_same_weights(gloo_reference.weights(), gloo_trainers.trainer_run(name).weights())
+    for job in runs.values():
+        assert_same_weights(gloo_reference.weights(), job.weights())
 
 
 def test_unset_bucket_size_under_gloo_is_one_call_after_backprop(gloo_reference):

@@ -1,9 +1,7 @@
 """A rank session's training job: `python trainer_job.py OUT FLAGS...` runs, in the rank
-process the session already started, what
-
-    python -m horovod_train FLAGS... --summary_json=OUT/summary.json --export_weights=OUT/weights.npz
-
-runs in a launch of its own (tests/ranks.py run_ranks): the same front door
+process the session already started, what `python -m horovod_train FLAGS...` runs in a
+launch of its own (tests/ranks.py run_ranks; the job's FLAGS end with run_outputs(OUT),
+its summary and weights): the same front door
 (horovod_train.__main__.train: parse, validation, the start-up filter, loop.run), so the
 run's files and lines are the ones a launch of its own leaves. This rank's stderr during
 the job goes to OUT.stderr.rank<N>, beside OUT (which keeps only what the chief writes):
@@ -39,9 +37,8 @@ def stderr_to(path: str):
 def main(out: str, flags: list[str]) -> None:
     from horovod_train.__main__ import train
     rank = rank_session.this_rank(os.environ)
-    outputs = [f"--summary_json={out}/summary.json", f"--export_weights={out}/weights.npz"]
     with stderr_to(f"{out}.stderr.rank{rank}"):
-        train([*flags, *outputs])
+        train(flags)
 
 
 if __name__ == "__main__":
